@@ -111,13 +111,15 @@ pub fn run(config: &Path, o: Options, out: &Printer) -> Result<Exit> {
         return Ok(Exit::Success);
     }
     let log = loaded.root.join(".efmesh").join("logs").join(format!("run-{env}.log"));
+    // Before anything is made or written: a path cron cannot be given is refused.
+    let command = unit.cron_command(&log)?;
     if let Some(dir) = log.parent() {
         fs_err::create_dir_all(dir)?;
     }
     let mut tab = read_crontab()?;
     let config_text = config.to_string_lossy().into_owned();
     let replaced = tab.remove(&env, &config_text) > 0;
-    let line = format!("{} {}", spec.expr, unit.cron_command(&log));
+    let line = format!("{} {command}", spec.expr);
     tab.push(&format!("{MARKER}{env} config={config_text}"), &line);
     write_crontab(&tab.text())?;
     out.text(&format!(
@@ -268,13 +270,33 @@ fn sd_word(s: &str) -> String {
 }
 
 impl Unit {
-    /// The crontab command: run from the project directory, output appended to `log` (cron's
-    /// `%` escaped).
-    fn cron_command(&self, log: &Path) -> String {
+    /// The crontab command: run from the project directory, output appended to `log`, each `%`
+    /// written `\%` (cron ends the command at a bare `%`, the rest becoming the job's stdin).
+    ///
+    /// Cron reads a backslash before `%` as escaping it, but cron implementations disagree on a
+    /// backslash before another backslash: cronie keeps both, vixie cron, Debian's and the BSDs'
+    /// make them one. And every cron pairs each backslash with the character after it, so a
+    /// path's `\%` written `\\%` is a backslash and then the end of the command. A path with a
+    /// backslash before `%` or before another backslash is therefore refused; every other
+    /// backslash (before a letter, a quote) is read as itself by all of them.
+    ///
+    /// # Errors
+    /// A path with a backslash before `%` or another backslash, naming it.
+    fn cron_command(&self, log: &Path) -> Result<String> {
         // The log's directory is made at every tick: `.efmesh/` is ignored by git, so a
         // `git clean -xdf` or a fresh checkout removes it, and `>>` into a missing directory
         // would fail in the shell before efmesh starts, leaving no trace.
         let dir = log.parent().unwrap_or(log);
+        for path in [self.root.as_path(), dir, self.bin.as_path(), self.config.as_path(), log] {
+            let text = path.to_string_lossy();
+            if text.contains(r"\%") || text.contains(r"\\") {
+                bail!(
+                    "`{}` has a backslash before `%` or before another backslash in its path: cron implementations read those differently (or end the command there), so a crontab entry cannot name it safely\n  hint: move the project (or efmesh) to a path without them, or use `efmesh schedule {} --print-systemd`",
+                    path.display(),
+                    self.env
+                );
+            }
+        }
         let cmd = format!(
             "cd {} && mkdir -p {} && {} run {} --config {} >> {} 2>&1",
             sh_quote(&self.root.to_string_lossy()),
@@ -284,7 +306,7 @@ impl Unit {
             sh_quote(&self.config.to_string_lossy()),
             sh_quote(&log.to_string_lossy())
         );
-        cmd.replace('%', r"\%")
+        Ok(cmd.replace('%', r"\%"))
     }
 
     /// `efmesh-<project directory name>-<hash>-<env>`, every character of the directory name
@@ -491,12 +513,21 @@ mod tests {
         assert!(err("@reboot").contains("boot"));
         assert!(err("@often").contains("unknown cron nickname"));
         assert!(err("0 0 30 2 *").contains("never fires"));
+        // A range running backwards, which cron refuses, never fires or wraps depending on its
+        // version: refused before the crontab is touched (not by `crontab -` afterwards).
+        assert!(err("0 0 * * sat-sun").contains("day-of-week field `sat-sun`: the range `sat-sun` runs backwards"), "{}", err("0 0 * * sat-sun"));
+        assert!(err("0 0 * * fri-mon").contains("the range `fri-mon` runs backwards"));
+        assert!(err("0 22-2 * * *").contains("hour field `22-2`: the range `22-2` runs backwards"));
     }
 
     #[test]
     fn cron_accepts_what_crontab_accepts() {
         for ok in ["@hourly", "@daily", "*/15 * * * *", "0 9-17 * * mon-fri", "5,35 */2 1,15 jan-jun *", "0 0 29 2 *", "30 4 1-7 * 1"] {
             CronSpec::parse(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+        // The weekend, written so that every cron reads it alike (not `sat-sun`).
+        for ok in ["0 0 * * 6-7", "0 0 * * sat,sun", "0 0 * * sat-7"] {
+            assert_eq!(CronSpec::parse(ok).unwrap_or_else(|e| panic!("{ok}: {e}")).on_calendar(), ["Sun,Sat *-*-* 00:00:00"], "{ok}");
         }
     }
 
@@ -574,6 +605,63 @@ mod tests {
             assert!(d.contains("(50%%off)") && !d.replace("%%", "").contains('%'), "{d}");
         }
         assert!(units.contains("WorkingDirectory=/srv/50%%off\n"), "{units}");
+    }
+
+    /// The command cron runs for a crontab line's command field `field`, as its `do_command.c`
+    /// reads it: up to the first `%` not escaped, `\%` read as `%`, a backslash before any other
+    /// character kept with it — and, with `collapse` (vixie cron, Debian's, the BSDs'; not
+    /// cronie), `\\` read as one backslash.
+    fn cron_reads(field: &str, collapse: bool) -> String {
+        let mut out = String::new();
+        let mut escaped = false;
+        for c in field.chars() {
+            if escaped {
+                if c == '%' || (collapse && c == '\\') {
+                    out.pop();
+                }
+                out.push(c);
+                escaped = false;
+                continue;
+            }
+            if c == '%' {
+                break;
+            }
+            escaped = c == '\\';
+            out.push(c);
+        }
+        out
+    }
+
+    #[test]
+    fn every_cron_runs_the_command_as_written_or_the_path_is_refused() {
+        let unit = |root: &str| Unit {
+            env: "prod".into(),
+            config: PathBuf::from(root).join("efmesh.toml"),
+            root: PathBuf::from(root),
+            bin: PathBuf::from("/usr/bin/efmesh"),
+        };
+        let log = |root: &str| PathBuf::from(root).join(".efmesh").join("logs").join("run-prod.log");
+        for root in ["/srv/warehouse", "/srv/50%off", r"/srv/a\b", "/srv/it's", r"/srv/x\'y%z", r"/srv/end\"] {
+            let log = log(root);
+            let q = |p: &Path| sh_quote(&p.to_string_lossy());
+            let wanted = format!(
+                "cd {} && mkdir -p {} && {} run prod --config {} >> {} 2>&1",
+                sh_quote(root),
+                q(log.parent().expect("a directory")),
+                sh_quote("/usr/bin/efmesh"),
+                q(PathBuf::from(root).join("efmesh.toml").as_path()),
+                q(log.as_path())
+            );
+            let field = unit(root).cron_command(&log).unwrap_or_else(|e| panic!("{root}: {e}"));
+            assert_eq!(cron_reads(&field, false), wanted, "cronie, {root}: {field}");
+            assert_eq!(cron_reads(&field, true), wanted, "vixie cron, {root}: {field}");
+        }
+        // `\%` written `\\%` was a backslash and the end of the command to cron (the rest its
+        // stdin); a doubled backslash is one to some crons and two to others: both refused.
+        for root in [r"/srv/50\%off", r"/srv/a\\b"] {
+            let e = unit(root).cron_command(&log(root)).expect_err(root).to_string();
+            assert!(e.starts_with(&format!("`{root}` has a backslash before `%` or before another backslash")) && e.contains("--print-systemd"), "{e}");
+        }
     }
 
     #[test]

@@ -16,7 +16,9 @@
 //! environment took over the table of a time-range version it serves that lacks intervals there
 //! (every `run` of it is refused: [`crate::plan::generations::taken_over_by`]);
 //! lag, a due refresh, `lock-held` and `blocked` are healthy (exit 0). The report is printed
-//! either way.
+//! either way. Lag and refreshes are judged by the schedule the environment serves (the `cron`,
+//! grain, `start` and `end` its metadata records: [`Served`]), not the working tree's; a model
+//! whose served schedule cannot be read is listed as not judged.
 
 use super::printer::Printer;
 use super::{Exit, load, open_state};
@@ -38,7 +40,7 @@ struct Lag {
     /// Due grain intervals (ended by the model's last cron tick, or by now without a cron)
     /// after the newest done one: the model is late when it is above 0.
     behind: i64,
-    /// The model's cron, if it has one.
+    /// The cron the environment serves for the model, if it has one.
     cron: Option<String>,
     /// When the next interval becomes due: the first cron tick after now that has an interval
     /// to hand over (without a cron: the end of the current grain interval).
@@ -157,14 +159,26 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     let mut refreshes: Vec<Refresh> = Vec::new();
     // Per late model, its due intervals after the newest done one: what the signals are asked.
     let mut candidates = std::collections::BTreeMap::new();
+    // Lag and refreshes are judged by the schedule the environment serves, not the working
+    // tree's (an unapplied `cron`, `start` or grain edit changes nothing `run` does).
+    let served_metadata = state.env_metadata(env)?;
+    let served = served_dag(&project, env, &pointers, &served_metadata);
+    let mut unjudged: Vec<(String, String)> = Vec::new();
     for (name, fp) in &pointers {
         let stats = state.ledger_stats(name, fp)?;
-        let model = ModelName::parse(name).ok().and_then(|n| project.dag.get(&n).cloned());
+        if let Some(why) = served.unjudged.get(name) {
+            if stats.failed > 0 {
+                failed_other.push((name.clone(), stats.failed));
+            }
+            unjudged.push((name.clone(), why.clone()));
+            continue;
+        }
+        let model = ModelName::parse(name).ok().and_then(|n| served.dag.get(&n).cloned());
         match model.as_ref().and_then(|m| m.kind.time_range().cloned()) {
             Some(t) if !matches!(model.as_ref().map(|m| &m.kind), Some(Kind::External(_))) => {
                 // Only due intervals count: those ended by the model's last cron tick.
                 let m = model.as_ref().expect("a time-range kind comes from a model");
-                let due = t.grain.floor(project.dag.due_at(&m.name, now));
+                let due = t.grain.floor(served.dag.due_at(&m.name, now));
                 let horizon = t.end.map_or(due, |e| e.min(due));
                 let from = stats.done_up_to.unwrap_or(t.grain.floor(t.start));
                 let behind = t.grain.count(from, horizon).max(0);
@@ -202,7 +216,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                     failed,
                     gaps,
                     cron: m.cron.clone(),
-                    next_due: project.dag.next_due(&m.name, now),
+                    next_due: served.dag.next_due(&m.name, now),
                     waiting: 0,
                     waiting_on: None,
                     gaps_waiting: 0,
@@ -254,25 +268,26 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             // intervals this version lacks are that environment's to compute, and this one's
             // `run` is refused while it would compute them (a problem, below).
             if let Some((taker, taker_fp)) = crate::plan::generations::taken_over_by(&*state, &index, &everyone, &l.model, fp, physical)? {
-                let Some(t) = project.dag.get(&name).and_then(|m| m.kind.time_range()) else { continue };
+                let Some(t) = served.dag.get(&name).and_then(|m| m.kind.time_range()) else { continue };
                 l.taken_over = Some(TakenOver { env: taker.clone(), fingerprint: taker_fp.clone(), missing: l.behind + l.gaps });
                 l.left_to = Some(taker);
-                table_lag(&*state, &project, &name, t, l, fp, &taker_fp, now)?;
+                table_lag(&*state, &served.dag, &name, t, l, fp, &taker_fp, now)?;
                 continue;
             }
             let Some((writer, writer_fp, writer_pointers)) = crate::plan::generations::writer_elsewhere(&*state, &index, &others, env, &l.model, fp, physical)?
             else {
-                // `prod` serving this very version under other settings writes it
-                // (`plan::prod_writes_it`): its intervals are `prod`'s to compute.
-                if let Some(m) = project.dag.get(&name)
-                    && m.kind.time_range().is_some()
-                    && crate::plan::prod_writes_it(&*state, &mut prod_serves, env, &l.model, fp, m)?
+                // `prod` serving this very version under other settings than the ones this
+                // environment serves writes it (`plan::prod_writes_it`): its intervals are
+                // `prod`'s to compute.
+                let ours = || served_metadata.get(&l.model).cloned().unwrap_or_default();
+                if served.dag.get(&name).is_some_and(|m| m.kind.time_range().is_some())
+                    && crate::plan::prod_writes_under(&*state, &mut prod_serves, env, &l.model, fp, ours)?
                 {
                     l.left_to = Some(crate::core::name::PROD.to_string());
                 }
                 continue;
             };
-            let Some(t) = project.dag.get(&name).and_then(|m| m.kind.time_range()) else { continue };
+            let Some(t) = served.dag.get(&name).and_then(|m| m.kind.time_range()) else { continue };
             // The same query: the intervals the writer's version has done are in the table for
             // this version too, as its plan counts them (`plan::WriterHolds`); over other
             // parents, it computes nothing there.
@@ -281,11 +296,11 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 continue;
             }
             l.left_to = crate::plan::generations::reads_other_parents(&project, &name, &served_here, writer_pointers, &index).then(|| writer.to_string());
-            table_lag(&*state, &project, &name, t, l, fp, writer_fp, now)?;
+            table_lag(&*state, &served.dag, &name, t, l, fp, writer_fp, now)?;
         }
         for (name, fp) in &pointers {
             let Ok(model) = ModelName::parse(name) else { continue };
-            if !project.dag.get(&model).is_some_and(|m| m.kind.is_refreshed()) {
+            if !served.dag.get(&model).is_some_and(|m| m.kind.is_refreshed()) {
                 continue;
             }
             let Some((physical, _)) = index.get(&(name.clone(), fp.clone())) else { continue };
@@ -305,10 +320,10 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     if !left.is_empty() {
         for l in lags.iter_mut().filter(|l| l.behind > 0 && l.left_to.is_none()) {
             let Ok(name) = ModelName::parse(&l.model) else { continue };
-            let Some(t) = project.dag.get(&name).and_then(|m| m.kind.time_range()).cloned() else { continue };
+            let Some(t) = served.dag.get(&name).and_then(|m| m.kind.time_range()).cloned() else { continue };
             let from = l.done_up_to.unwrap_or(t.grain.floor(t.start));
             let mut upstream: Option<(String, i64)> = None;
-            for a in project.dag.ancestors(&name) {
+            for a in served.dag.ancestors(&name) {
                 let Some(h) = left.get(&a.name.to_string()) else { continue };
                 // Those ending by the writer's last refresh are computed by the next run.
                 let ready = h.map_or(0, |h| t.grain.count(from, t.grain.floor(h)).clamp(0, l.behind));
@@ -325,10 +340,10 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     }
     // Intervals before the newest done one that are not done may be held by a signal too (a
     // later one was ready): asked as well, before the ones after it.
-    if project.dag.models().any(|m| !m.signals.is_empty()) {
+    if served.dag.models().any(|m| !m.signals.is_empty()) {
         for l in lags.iter().filter(|l| l.gaps > 0 && l.left_to.is_none()) {
             let (Ok(name), Some(fp), Some(up_to)) = (ModelName::parse(&l.model), pointers.get(&l.model), l.done_up_to) else { continue };
-            let Some(t) = project.dag.get(&name).and_then(|m| m.kind.time_range()) else { continue };
+            let Some(t) = served.dag.get(&name).and_then(|m| m.kind.time_range()) else { continue };
             let done = state.done_intervals(&l.model, fp)?;
             let mut asked: Vec<crate::core::Interval> = crate::core::Interval::new(t.grain.floor(t.start), up_to)
                 .split(t.grain)
@@ -340,7 +355,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             *entry = asked;
         }
     }
-    let signals_error = waiting_on_signals(&project, &candidates, &mut lags);
+    let signals_error = waiting_on_signals(&project, &served.dag, &candidates, &mut lags);
     // Rebuilds decided and not done (a process stopped in between): the next apply or run does them.
     let pending: Vec<crate::state::PendingRebuild> =
         state.pending_rebuilds()?.into_iter().filter(|p| pointers.get(&p.name).is_some_and(|fp| *fp == p.fingerprint)).collect();
@@ -574,6 +589,8 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 "dueSince": r.due.map(to_iso),
                 "nextDueAt": r.next_due.map(to_iso),
             })).collect::<Vec<_>>(),
+            // Served models whose schedule the served metadata cannot give (no lag judged).
+            "unjudged": unjudged.iter().map(|(m, why)| json!({"model": m, "reason": why})).collect::<Vec<_>>(),
             "signalsError": signals_error,
             "failed": failed_other.iter().map(|(m, n)| json!({"model": m, "failed": n})).collect::<Vec<_>>(),
             "lostRelations": lost_served.iter().map(|l| json!({
@@ -687,6 +704,9 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 None => text.push_str(&format!("  ✓ {}  {last} (cron `{}`{next})\n", r.model, r.cron)),
             }
         }
+        for (m, why) in &unjudged {
+            text.push_str(&format!("  ? {m}  not judged: {why}\n"));
+        }
         if let Some(e) = &signals_error {
             text.push_str(&format!("  ⚠ signals not evaluated: {e}\n"));
         }
@@ -730,6 +750,121 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     Ok(if check && !healthy { Exit::Error } else { Exit::Success })
 }
 
+/// The project's DAG as an environment serves it, by which `status` judges lag and refreshes:
+/// each model the environment serves that the project defines with the same kind has the
+/// schedule the metadata the environment serves records for it (SPEC §4 invariant 17) — its
+/// `cron` and, for a time-range model, its grain, `start` and `end` — in place of the working
+/// tree's ([`as_served`]), so an edit nobody applied (a `git pull` on a monitoring host) never
+/// changes what counts as due, as it changes nothing `run` does (`run` refuses it). The DAG's
+/// edges, and every model the environment does not serve, stay the project's.
+struct Served {
+    /// The project's DAG with the served schedules.
+    dag: crate::core::Dag,
+    /// The models the environment serves whose schedule its metadata cannot give, with why (no
+    /// metadata recorded, another kind than the project's, a cron that no longer parses): not
+    /// judged, rather than judged by the working tree.
+    unjudged: std::collections::BTreeMap<String, String>,
+}
+
+/// [`Served`] of `env`, whose pointers are `pointers` and served metadata `metadata` (model →
+/// JSON text of [`crate::plan::metadata_text`], as [`crate::state::StateStore::env_metadata`]
+/// reads it).
+fn served_dag(
+    project: &crate::project::Project,
+    env: &str,
+    pointers: &std::collections::BTreeMap<String, String>,
+    metadata: &std::collections::BTreeMap<String, String>,
+) -> Served {
+    let mut unjudged = std::collections::BTreeMap::new();
+    let mut replacements = Vec::new();
+    for name in pointers.keys() {
+        // A model the project no longer defines has no lag line (its relations are checked below).
+        let Some(model) = ModelName::parse(name).ok().and_then(|n| project.dag.get(&n)) else { continue };
+        match as_served(model, metadata.get(name).map_or("{}", String::as_str), env) {
+            Ok(Some(m)) => replacements.push(m),
+            Ok(None) => {}
+            Err(why) => {
+                unjudged.insert(name.clone(), why);
+            }
+        }
+    }
+    let mut dag = project.dag.clone();
+    if replacements.is_empty() {
+        return Served { dag, unjudged };
+    }
+    if let Err(replacements) = dag.try_replace(replacements) {
+        // Replaced in place only when that provably keeps the DAG's checks; otherwise built in
+        // full, and when the served schedules do not pass the checks against the working tree's
+        // definitions (another time column type, say), those models are not judged.
+        let names: Vec<String> = replacements.iter().map(|m| m.name.to_string()).collect();
+        let mut by_name: std::collections::BTreeMap<ModelName, crate::core::Model> = replacements.into_iter().map(|m| (m.name.clone(), m)).collect();
+        let models: Vec<crate::core::Model> = project.dag.models().map(|m| by_name.remove(&m.name).unwrap_or_else(|| m.clone())).collect();
+        match crate::core::Dag::build(models) {
+            Ok(built) => dag = built,
+            Err(e) => {
+                let error = e.0.first().map_or_else(|| e.to_string(), ToString::to_string);
+                let why = error.lines().next().unwrap_or_default();
+                let message = format!("the schedule `{env}` serves does not fit the working tree's definition ({why}); apply to judge it");
+                for name in names {
+                    unjudged.insert(name, message.clone());
+                }
+            }
+        }
+    }
+    Served { dag, unjudged }
+}
+
+/// The tags of the kinds `run` refreshes whole on a cron ([`Kind::is_refreshed_whole`]).
+const REFRESHED_WHOLE: [&str; 4] = ["full", "incremental_by_unique_key", "scd_type2", "incremental_by_partition"];
+
+/// `model` (the working tree's) with the schedule the metadata `env` serves for it records
+/// (`text`): its `cron`, and for a time-range model its grain, `start` and `end`; `None` when
+/// they are the working tree's. Nothing else is taken from the metadata: `status` reads no other
+/// setting to judge lag or a refresh.
+///
+/// # Errors
+/// Why the served metadata cannot say, for a model `status` judges (time-range, or on a `cron`
+/// in the tree or as served): no metadata recorded, another kind than the tree's (an unapplied
+/// kind change), a grain, `start` or `end` missing or unreadable, a cron that no longer parses.
+fn as_served(model: &crate::core::Model, text: &str, env: &str) -> Result<Option<crate::core::Model>, String> {
+    let v: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+    let cron = &v["cron"];
+    // Only time-range models and the kinds refreshed whole on a cron get a line.
+    let judged = |tag: &str, cron: bool| tag == "incremental_by_time_range" || (cron && REFRESHED_WHOLE.contains(&tag));
+    let Some(tag) = v["kind"]["tag"].as_str() else {
+        if judged(model.kind.tag(), model.cron.is_some()) {
+            return Err(format!("the state store records no metadata `{env}` serves for it, so not its schedule (the next apply records it)"));
+        }
+        return Ok(None);
+    };
+    if tag != model.kind.tag() {
+        if judged(tag, !cron.is_null()) || judged(model.kind.tag(), model.cron.is_some()) {
+            return Err(format!("`{env}` serves it as `{tag}`, the working tree defines it as `{}`: apply to judge it", model.kind.tag()));
+        }
+        return Ok(None);
+    }
+    let mut served = model.clone();
+    served.cron = match cron {
+        serde_json::Value::Null => None,
+        serde_json::Value::String(c) => {
+            crate::core::cron::parse(c).map_err(|e| format!("the cron `{env}` serves for it no longer parses: {e}"))?;
+            Some(c.clone())
+        }
+        other => return Err(format!("the metadata `{env}` serves for it has an unreadable `cron` ({other})")),
+    };
+    if let Kind::IncrementalByTimeRange(t) = &mut served.kind {
+        let unreadable = |what: &str| format!("the metadata `{env}` serves for it lacks a readable `{what}`");
+        let instant = |x: &serde_json::Value| x.as_str().and_then(|s| crate::core::interval::parse_instant(s).ok());
+        t.grain = v["kind"]["grain"].as_str().and_then(crate::core::Grain::parse).ok_or_else(|| unreadable("grain"))?;
+        t.start = instant(&v["schedule"]["start"]).ok_or_else(|| unreadable("start"))?;
+        t.end = match &v["schedule"]["end"] {
+            serde_json::Value::Null => None,
+            end => Some(instant(end).ok_or_else(|| unreadable("end"))?),
+        };
+    }
+    Ok((served != *model).then_some(served))
+}
+
 /// Counts `l`'s lag over the intervals its version `fp` or `other` (another version on its table)
 /// has done there: what its view shows, as its plan counts them when both have the same query
 /// (`plan::WriterHolds`). Only intervals inside the model's `start`/`end` make gaps: one outside
@@ -737,7 +872,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
 #[allow(clippy::too_many_arguments)]
 fn table_lag(
     state: &dyn crate::state::StateStore,
-    project: &crate::project::Project,
+    dag: &crate::core::Dag,
     name: &ModelName,
     t: &crate::core::TimeRange,
     l: &mut Lag,
@@ -747,7 +882,7 @@ fn table_lag(
 ) -> Result<()> {
     let mut done = state.done_intervals(&l.model, fp)?;
     done.extend(state.done_intervals(&l.model, other)?);
-    let due = t.grain.floor(project.dag.due_at(name, now));
+    let due = t.grain.floor(dag.due_at(name, now));
     let horizon = t.end.map_or(due, |e| e.min(due));
     let first = t.grain.floor(t.start);
     l.done_up_to = done.iter().next_back().map(|s| t.grain.next(*s));
@@ -766,10 +901,11 @@ fn table_lag(
 /// not be evaluated (the lags then stay as they are).
 fn waiting_on_signals(
     project: &crate::project::Project,
+    dag: &crate::core::Dag,
     candidates: &std::collections::BTreeMap<ModelName, Vec<crate::core::Interval>>,
     lags: &mut [Lag],
 ) -> Option<String> {
-    if candidates.is_empty() || !project.dag.models().any(|m| !m.signals.is_empty()) {
+    if candidates.is_empty() || !dag.models().any(|m| !m.signals.is_empty()) {
         return None;
     }
     let signals = match crate::script::signals::Signals::of(&project.config) {
@@ -780,7 +916,7 @@ fn waiting_on_signals(
         Ok(e) => e,
         Err(e) => return Some(format!("cannot open the engine: {e}")),
     };
-    let held = crate::apply::signals::hold(&project.dag, candidates, &std::collections::BTreeMap::new(), &mut |m, intervals| {
+    let held = crate::apply::signals::hold(dag, candidates, &std::collections::BTreeMap::new(), &mut |m, intervals| {
         signals.ready(m, intervals, &mut |sql| crate::engine::read_only_query(&mut *engine, sql))
     });
     match held {
@@ -854,4 +990,60 @@ fn tick_text(t: &Tick) -> String {
         (None, true) => String::new(),
     };
     format!("{}  {}{ms}{detail}", t.started_at, t.outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::as_served;
+    use crate::core::interval::{Grain, parse_instant};
+    use crate::core::kind::DEFAULT_BATCH_SIZE;
+    use crate::core::{Column, Fragment, Kind, Location, Model, ModelName, Schema, TimeRange};
+
+    /// The time-range model `s.h` of `grain` from `start`, on `cron`.
+    fn model(cron: Option<&str>, grain: Grain, start: &str) -> Model {
+        let mut body = Fragment::default();
+        body.push_text("SELECT t FROM range(1)");
+        let kind = Kind::IncrementalByTimeRange(TimeRange {
+            time_column: "t".into(),
+            start: parse_instant(start).unwrap(),
+            end: None,
+            grain,
+            batch_size: DEFAULT_BATCH_SIZE,
+            lookback: 0,
+            auto_restatement_intervals: 0,
+        });
+        let schema = Schema(vec![Column { name: "t".into(), ty: "timestamp".into() }]);
+        let mut m = Model::new(ModelName::parse("s.h").unwrap(), kind, schema, Some(body), Location { file: "m.lua".into(), line: 1 });
+        m.cron = cron.map(str::to_string);
+        m
+    }
+
+    #[test]
+    fn a_model_is_judged_by_the_schedule_its_environment_serves() {
+        let served = model(Some("0 * * * *"), Grain::Hour, "2026-01-01");
+        let text = crate::plan::metadata_text(&served);
+        assert_eq!(as_served(&served, &text, "prod"), Ok(None), "the tree's schedule is the served one");
+        // Another cron, grain and start in the tree, not applied: the served ones judge it.
+        assert_eq!(as_served(&model(Some("0 0 * * *"), Grain::Day, "2026-02-01"), &text, "prod"), Ok(Some(served.clone())));
+        let uncronned = as_served(&model(None, Grain::Hour, "2026-01-01"), &text, "prod").unwrap().expect("the served cron");
+        assert_eq!(uncronned.cron.as_deref(), Some("0 * * * *"));
+        // Nothing recorded, another kind in the tree, a served cron that no longer parses: not
+        // judged, saying why, rather than judged by the tree.
+        assert!(as_served(&served, "{}", "prod").unwrap_err().starts_with("the state store records no metadata `prod` serves for it"));
+        let mut full = served.clone();
+        full.kind = Kind::Full;
+        full.cron = None;
+        assert_eq!(
+            as_served(&full, &text, "prod").unwrap_err(),
+            "`prod` serves it as `incremental_by_time_range`, the working tree defines it as `full`: apply to judge it"
+        );
+        let mut stale: serde_json::Value = serde_json::from_str(&text).unwrap();
+        stale["cron"] = "0 0 * * sun-sun".into();
+        assert!(as_served(&served, &stale.to_string(), "prod").unwrap_err().starts_with("the cron `prod` serves for it no longer parses: "));
+        // A kind nothing judges on either side (a view made a `full` model without a cron).
+        let mut view = served.clone();
+        view.kind = Kind::View;
+        view.cron = None;
+        assert_eq!(as_served(&full, &crate::plan::metadata_text(&view), "prod"), Ok(None));
+    }
 }

@@ -115,10 +115,11 @@ pub fn parse_as(expr: &str, dialect: Dialect) -> Result<Parsed, String> {
         return Err(format!("cron `{text}` has {} field(s); a cron has 5: minute hour day-of-month month day-of-week{clock}", parts.len()));
     };
     let fields = [minute, hour, dom, month, dow];
-    if dialect == Dialect::Crontab {
-        for (i, field) in fields.iter().enumerate() {
+    for (i, field) in fields.iter().enumerate() {
+        if dialect == Dialect::Crontab {
             crontab_grammar(i, field).map_err(|why| format!("cron `{text}`: the {} field `{field}` {why}", FIELDS[i]))?;
         }
+        ranges_run_upwards(i, field, dialect).map_err(|why| format!("cron `{text}` is invalid in its {} field `{field}`: {why}", FIELDS[i]))?;
     }
     let parser = croner::parser::CronParser::builder().seconds(croner::parser::Seconds::Disallowed).year(croner::parser::Year::Disallowed).build();
     let cron = parser.parse(&fields.join(" ")).map_err(|e| {
@@ -206,6 +207,78 @@ fn crontab_grammar(field: usize, text: &str) -> Result<(), String> {
             let hint = if names { "`*`, numbers, three-letter names, `a-b`, `,` and `/step`" } else { "`*`, numbers, `a-b`, `,` and `/step`" };
             return Err(format!("is not understood by cron at `{item}` (use {hint})"));
         }
+    }
+    Ok(())
+}
+
+/// The smallest and largest value of each field, as cron numbers them (day of week: Sunday 0,
+/// Saturday 6; 7 is Sunday too).
+const BOUNDS: [(u32, u32); 5] = [(0, 59), (0, 23), (1, 31), (1, 12), (0, 6)];
+
+/// The number a value of field `field` (0 = minute … 4 = day-of-week) stands for: digits, or in
+/// the month and day-of-week fields a three-letter name as cron reads it (`jan` = 1, `sun` = 0).
+/// `None` for anything else (croner's extensions: `L`, `5#2`, …).
+fn field_value(field: usize, v: &str) -> Option<u32> {
+    const MONTHS: [&str; 12] = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"];
+    const DAYS: [&str; 7] = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
+    if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
+        return v.parse().ok();
+    }
+    let (names, first): (&[&str], u32) = match field {
+        3 => (&MONTHS[..], 1),
+        4 => (&DAYS[..], 0),
+        _ => return None,
+    };
+    names.iter().position(|n| n.eq_ignore_ascii_case(v)).and_then(|i| u32::try_from(i).ok()).map(|i| i + first)
+}
+
+/// Refuses a range `a-b` of field `field` that runs backwards (`22-2`, `fri-mon`, `sat-sun`:
+/// cron numbers Sunday 0), naming it and how to write it. Cron implementations disagree on
+/// one: cronie up to 1.5 refuses it at `crontab -`, vixie cron 3 (Debian's) and cronie 1.6 to
+/// 1.7.2 accept it and never fire it, later cronie reads a day-of-week range ending in Sunday
+/// (`0`, `sun`) as ending in 7; croner refuses it but for `…-sun`, which it reads as `…-7`. So
+/// in the [`Dialect::Crontab`] every one is refused, before anything is written. In the
+/// [`Dialect::Model`], which efmesh evaluates itself with croner, a day-of-week range ending in
+/// `sun` stays what croner and sqlmesh's croniter read (`sat-sun`: Saturday and Sunday); others
+/// get this message rather than croner's "Range out of bounds". In both, a day-of-week range
+/// starting at Sunday and ending in `sun` (`sun-sun`, `0-sun`) is refused: croner reads it as
+/// every day, cron as Sunday.
+fn ranges_run_upwards(field: usize, text: &str, dialect: Dialect) -> Result<(), String> {
+    let (min, max) = BOUNDS[field];
+    // Sunday may be written 7 in the day-of-week field.
+    let top = if field == 4 { 7 } else { max };
+    for item in text.split(',') {
+        let (range, step) = match item.split_once('/') {
+            Some((r, _)) => (r, true),
+            None => (item, false),
+        };
+        let Some((a, b)) = range.split_once('-') else { continue };
+        let (Some(from), Some(to)) = (field_value(field, a), field_value(field, b)) else { continue };
+        // Values out of bounds are croner's to name.
+        if from > top || to > top || from < min || to < min {
+            continue;
+        }
+        let sunday_end = field == 4 && b.eq_ignore_ascii_case("sun");
+        if sunday_end && from == 0 {
+            return Err(format!(
+                "the range `{range}` reads as every day to croner (it takes a range ending in `sun` as ending in 7) but as Sunday to cron; write `sun`"
+            ));
+        }
+        if from <= to || (sunday_end && dialect == Dialect::Model) {
+            continue;
+        }
+        let span = |a: u32, b: u32| if a == b { a.to_string() } else { format!("{a}-{b}") };
+        let hint = match (step, field == 4 && to == 0) {
+            (true, _) => "split it in two ranges that run upwards, each with its step".to_string(),
+            (false, true) => format!("write `{}`", span(from, 7)),
+            (false, false) => format!("write `{},{}`", span(from, max), span(min, to)),
+        };
+        let sunday = if field == 4 { ", Sunday being 0" } else { "" };
+        let cron = match dialect {
+            Dialect::Crontab => ": cron refuses it, or never fires it, or reads it otherwise, depending on its version",
+            Dialect::Model => "",
+        };
+        return Err(format!("the range `{range}` runs backwards ({from} down to {to}{sunday}){cron}; {hint}"));
     }
     Ok(())
 }
@@ -347,6 +420,59 @@ mod tests {
             assert!(e.starts_with("cron `0 25 * * *` is invalid in its hour field `25`: "), "{e}");
             assert!(fields("0 0 31 4 *", d).unwrap_err().ends_with("cron `0 0 31 4 *` never fires"));
         }
+    }
+
+    #[test]
+    fn a_range_running_backwards_is_refused_naming_the_field_and_the_range() {
+        let crontab = |e: &str| parse_as(e, Dialect::Crontab).map(|p| p.fields.join(" "));
+        // cron numbers Sunday 0: `sat-sun` runs backwards, which cron refuses, never fires or
+        // wraps depending on its version (croner read it as Saturday and Sunday).
+        let e = crontab("0 0 * * sat-sun").unwrap_err();
+        assert!(e.starts_with("cron `0 0 * * sat-sun` is invalid in its day-of-week field `sat-sun`: "), "{e}");
+        assert!(e.contains("the range `sat-sun` runs backwards (6 down to 0, Sunday being 0): cron refuses it"), "{e}");
+        assert!(e.ends_with("; write `6-7`"), "{e}");
+        for (expr, field, range, hint) in [
+            ("0 0 * * 6-0", "day-of-week", "6-0", "`6-7`"),
+            ("0 0 * * fri-mon", "day-of-week", "fri-mon", "`5-6,0-1`"),
+            ("0 0 * * FRI-Sun", "day-of-week", "FRI-Sun", "`5-7`"),
+            ("0 22-2 * * *", "hour", "22-2", "`22-23,0-2`"),
+            ("50-10 * * * *", "minute", "50-10", "`50-59,0-10`"),
+            ("0 0 31-1 * *", "day-of-month", "31-1", "`31,1`"),
+            ("0 0 * nov-feb *", "month", "nov-feb", "`11-12,1-2`"),
+            ("0 0 1 1,12-3 *", "month", "12-3", "`12,1-3`"),
+        ] {
+            let e = crontab(expr).unwrap_err();
+            assert!(e.starts_with(&format!("cron `{expr}` is invalid in its {field} field `")), "{e}");
+            assert!(e.contains(&format!("the range `{range}` runs backwards")) && e.ends_with(&format!("write {hint}")), "{e}");
+        }
+        let e = crontab("0 22-2/2 * * *").unwrap_err();
+        assert!(e.contains("the range `22-2` runs backwards") && e.ends_with("split it in two ranges that run upwards, each with its step"), "{e}");
+        // Ranges that run upwards, Sunday as 7 included, stay as they were.
+        for ok in ["0 0 * * 6-7", "0 0 * * sat,sun", "0 0 * * sat-7", "0 9-17 * * mon-fri", "0 0 * jan-mar *", "0 0 * * 0-6"] {
+            assert!(crontab(ok).is_ok(), "{ok}: {:?}", crontab(ok));
+        }
+        // A model's cron, which efmesh evaluates itself, keeps croner's (and sqlmesh's croniter's)
+        // reading of a day-of-week range ending in `sun`: Saturday and Sunday.
+        let weekend = parse("0 0 * * sat-sun").expect("a model's `sat-sun`");
+        let friday = t("2026-01-09T12:00:00Z");
+        assert_eq!(next_tick(&weekend, friday), Some(t("2026-01-10T00:00:00Z")));
+        assert_eq!(next_tick(&weekend, t("2026-01-10T00:00:00Z")), Some(t("2026-01-11T00:00:00Z")));
+        assert_eq!(next_tick(&weekend, t("2026-01-11T00:00:00Z")), Some(t("2026-01-17T00:00:00Z")));
+        // Other ranges running backwards are refused there too, with the same message (croner
+        // said "Range out of bounds").
+        let e = parse_as("0 0 * * fri-mon", Dialect::Model).unwrap_err();
+        assert!(e.starts_with("cron `0 0 * * fri-mon` is invalid in its day-of-week field `fri-mon`: "), "{e}");
+        assert!(e.ends_with("the range `fri-mon` runs backwards (5 down to 1, Sunday being 0); write `5-6,0-1`"), "{e}");
+        assert!(parse("0 22-2 * * *").unwrap_err().contains("the range `22-2` runs backwards (22 down to 2); write `22-23,0-2`"));
+        // `sun-sun` is every day to croner (`-sun` read as 7) and Sunday to cron: refused in both.
+        for d in [Dialect::Model, Dialect::Crontab] {
+            for expr in ["0 0 * * sun-sun", "0 0 * * 0-sun"] {
+                let e = parse_as(expr, d).unwrap_err();
+                assert!(e.contains("reads as every day to croner") && e.ends_with("write `sun`"), "{d:?} {e}");
+            }
+        }
+        // Values out of bounds keep croner's message.
+        assert!(crontab("0 30-2 * * *").unwrap_err().contains("Range out of bounds"));
     }
 
     #[test]

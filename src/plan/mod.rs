@@ -789,6 +789,23 @@ pub type ProdServes = (BTreeMap<String, String>, BTreeMap<String, String>);
 /// # Errors
 /// A state store read.
 pub fn prod_writes_it(state: &dyn StateStore, prod: &mut Option<ProdServes>, env: &str, name: &str, fp: &str, model: &Model) -> Result<bool, StateError> {
+    prod_writes_under(state, prod, env, name, fp, || metadata_text(model))
+}
+
+/// [`prod_writes_it`] for the version `(name, fp)` under the metadata text `our_metadata` gives
+/// (asked only when `prod` serves that version): `status` asks it of the metadata an environment serves,
+/// whatever the working tree declares.
+///
+/// # Errors
+/// A state store read.
+pub fn prod_writes_under(
+    state: &dyn StateStore,
+    prod: &mut Option<ProdServes>,
+    env: &str,
+    name: &str,
+    fp: &str,
+    our_metadata: impl FnOnce() -> String,
+) -> Result<bool, StateError> {
     if env == crate::core::name::PROD {
         return Ok(false);
     }
@@ -800,7 +817,7 @@ pub fn prod_writes_it(state: &dyn StateStore, prod: &mut Option<ProdServes>, env
         return Ok(false);
     }
     let Some(served) = metadata.get(name) else { return Ok(false) };
-    let (theirs, ours) = (writes_of(served), writes_of(&metadata_text(model)));
+    let (theirs, ours) = (writes_of(served), writes_of(&our_metadata()));
     // Audits: only one of `prod`'s this environment lacks lets in rows `prod`'s refuses (an
     // audit added here refuses more: what it lets through passes `prod`'s too).
     let audits = |v: &serde_json::Value| v["audits"].as_array().cloned().unwrap_or_default();

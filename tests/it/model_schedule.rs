@@ -527,3 +527,98 @@ fn restating_a_model_without_intervals_hints_at_what_recomputes_it() {
         "{upsert}"
     );
 }
+
+/// An hourly time-range model from 2026-01-01 of grain `grain`, on `cron` (none when empty).
+fn hours(grain: &str, cron: &str) -> String {
+    let cron = if cron.is_empty() { String::new() } else { format!("  cron = \"{cron}\",\n") };
+    format!(
+        r#"define_model {{
+  name = "s.h",
+  kind = kind.incremental_by_time_range {{ time_column = "t", start = "2026-01-01", grain = "{grain}" }},
+{cron}  schema = {{ {{ "t", "timestamp" }}, {{ "n", "integer" }} }},
+  query = "SELECT range AS t, 1 AS n FROM range(CAST(@start AS TIMESTAMP), CAST(@end AS TIMESTAMP), INTERVAL 1 HOUR)",
+}}
+"#
+    )
+}
+
+#[test]
+fn status_judges_lag_by_the_cron_the_environment_serves_not_the_working_trees() {
+    let mut p = Project::new();
+    p.write("models/h.lua", &hours("hour", "0 * * * *"));
+    p.now = "2026-01-03T03:10:00Z".into();
+    p.apply("prod");
+    // A daily cron in the working tree, not applied (a `git pull` on the monitoring host): `prod`
+    // still runs hourly, so at 10:10 seven hours are due and missing.
+    p.write("models/h.lua", &hours("hour", "0 0 * * *"));
+    p.now = "2026-01-03T10:10:00Z".into();
+    let status = p.run(&["status", "prod", "--json"]).expect_code(0).json();
+    let h = lag(&status, "s.h");
+    assert_eq!((h["behind"].as_i64(), h["late"].as_bool()), (Some(7), Some(true)), "{status:#}");
+    assert_eq!(h["cron"], "0 * * * *", "the cron `prod` serves");
+    assert_eq!(h["nextDueAt"], "2026-01-03T11:00:00.000Z");
+    assert_eq!(status["unjudged"], serde_json::json!([]));
+    let text = p.run(&["status", "prod"]).expect_code(0).stdout.clone();
+    assert!(
+        text.contains("… s.h  behind by 7 hour interval(s), caught up to 2026-01-03T03:00:00.000Z (cron `0 * * * *`, next due 2026-01-03T11:00:00.000Z)"),
+        "{text}"
+    );
+    // `run` refuses the edit until it is applied: the served cron is what decides.
+    p.run(&["run", "prod"]).expect_code(2);
+
+    // The other way round: `prod` serves a daily cron, the tree an hourly one. The day's tick at
+    // midnight handed over every hour up to it: nothing due is missing.
+    let mut p = Project::new();
+    p.write("models/h.lua", &hours("hour", "0 0 * * *"));
+    p.now = "2026-01-03T03:10:00Z".into();
+    p.apply("prod");
+    p.write("models/h.lua", &hours("hour", "0 * * * *"));
+    p.now = "2026-01-03T10:10:00Z".into();
+    let status = p.run(&["status", "prod", "--json"]).expect_code(0).json();
+    let h = lag(&status, "s.h");
+    assert_eq!((h["behind"].as_i64(), h["late"].as_bool()), (Some(0), Some(false)), "{status:#}");
+    assert_eq!(h["doneUpTo"], "2026-01-03T00:00:00.000Z");
+    assert_eq!(h["cron"], "0 0 * * *");
+    assert_eq!(h["nextDueAt"], "2026-01-04T00:00:00.000Z");
+}
+
+#[test]
+fn status_judges_lag_by_the_grain_the_environment_serves() {
+    let mut p = Project::new();
+    p.write("models/h.lua", &hours("hour", ""));
+    p.now = "2026-01-03T03:10:00Z".into();
+    p.apply("prod");
+    // A `day` grain in the tree is another version, not applied: `prod` serves the hourly one,
+    // seven hours behind at 10:10 (by the tree's grain, nothing of the 3rd would be due yet).
+    p.write("models/h.lua", &hours("day", ""));
+    p.now = "2026-01-03T10:10:00Z".into();
+    let status = p.run(&["status", "prod", "--json"]).expect_code(0).json();
+    let h = lag(&status, "s.h");
+    assert_eq!((h["grain"].as_str(), h["behind"].as_i64()), (Some("hour"), Some(7)), "{status:#}");
+    assert_eq!(h["nextDueAt"], "2026-01-03T11:00:00.000Z");
+}
+
+#[test]
+fn status_says_it_does_not_judge_a_model_whose_kind_the_tree_changed() {
+    let mut p = Project::new();
+    p.write("models/h.lua", &hours("hour", "0 * * * *"));
+    p.now = "2026-01-03T03:10:00Z".into();
+    p.apply("prod");
+    p.write(
+        "models/h.lua",
+        r#"define_model {
+  name = "s.h",
+  kind = kind.full(),
+  schema = { { "t", "timestamp" }, { "n", "integer" } },
+  query = "SELECT CAST('2026-01-01' AS TIMESTAMP) AS t, 1 AS n",
+}
+"#,
+    );
+    p.now = "2026-01-03T10:10:00Z".into();
+    let status = p.run(&["status", "prod", "--json"]).expect_code(0).json();
+    assert!(status["lag"].as_array().expect("lag").iter().all(|l| l["model"] != "s.h"), "no lag judged by the tree's kind: {status:#}");
+    let reason = "`prod` serves it as `incremental_by_time_range`, the working tree defines it as `full`: apply to judge it";
+    assert_eq!(status["unjudged"], serde_json::json!([{"model": "s.h", "reason": reason}]));
+    let text = p.run(&["status", "prod"]).expect_code(0).stdout.clone();
+    assert!(text.contains(&format!("  ? s.h  not judged: {reason}\n")), "{text}");
+}
