@@ -331,7 +331,11 @@ fn unbound(m: &Model, sql: &str, message: &str) -> ContractProblem {
         (Some(n), false) => (m.location.clone(), format!(" (line {n} of the query as `efmesh render` shows it)")),
         (None, _) => (m.location.clone(), String::new()),
     };
-    ContractProblem { model: m.name.clone(), location, message: format!("the query does not bind{at}: {}", first_line(message)) }
+    ContractProblem {
+        model: m.name.clone(),
+        location,
+        message: crate::core::error::bounded_words(format!("the query does not bind{at}: {}", first_line(message))),
+    }
 }
 
 fn first_line(s: &str) -> &str {

@@ -482,7 +482,8 @@ fn finding(model: &Model, parents: &BTreeMap<String, Vec<String>>, p: ColumnProb
         model: Some(model.name.clone()),
         column: Some(p.column),
         parent: p.relation.filter(|r| !is_subject(r)),
-        message: p.detail,
+        // A name from a macro's output may be megabytes long: quoted within bounds.
+        message: crate::core::error::bounded_words(p.detail),
         hint,
         sql_line: p.line,
         sql_column: p.col,

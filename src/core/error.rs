@@ -22,9 +22,10 @@ pub struct LoadError {
 }
 
 impl LoadError {
-    /// A diagnostic with a location and message.
+    /// A diagnostic with a location and message (a word of it longer than [`MAX_WORD`]
+    /// characters cut: [`bounded_words`]).
     pub fn new(location: Option<Location>, model: Option<ModelName>, message: impl Into<String>) -> Self {
-        Self { location, model, message: message.into(), hint: None, field: None }
+        Self { location, model, message: bounded_words(message.into()), hint: None, field: None }
     }
 
     /// Names the model property at fault.
@@ -35,9 +36,56 @@ impl LoadError {
 
     /// Adds a hint line.
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
-        self.hint = Some(hint.into());
+        self.hint = Some(bounded_words(hint.into()));
         self
     }
+}
+
+/// Characters of one word of a message (a run without whitespace) shown in full
+/// ([`bounded_words`]): above any path or name a user writes (a path quoted in a message stays
+/// whole), far below what a macro's output can be.
+pub const MAX_WORD: usize = 1024;
+
+/// `s`, or when it has more than `max_chars` characters its first `max_chars` followed by
+/// `… (N bytes)`, N being `bytes` (the length of the text `s` stands for): an error quoting
+/// text it did not write — a macro's output, an identifier taken from it — stays readable.
+pub fn excerpt(s: &str, max_chars: usize, bytes: usize) -> String {
+    match s.char_indices().nth(max_chars) {
+        None => s.to_string(),
+        Some((cut, _)) => format!("{}… ({bytes} bytes)", &s[..cut]),
+    }
+}
+
+/// `message` with each word (a run without whitespace) longer than [`MAX_WORD`] characters
+/// cut: its first [`MAX_WORD`] characters, `…`, the punctuation that closed it (a backtick, a
+/// quote, a parenthesis) and how long it was — `` column `xxxx…` (62914563 bytes) cannot be
+/// resolved ``. A macro returning megabytes would otherwise have each error quoting a name
+/// from its output (the column check's, the engine's) paste all of it. Unchanged when no word
+/// is that long (the usual case: one pass over the message).
+pub fn bounded_words(message: String) -> String {
+    use std::fmt::Write as _;
+    if message.split_whitespace().all(|w| w.len() <= MAX_WORD) {
+        return message;
+    }
+    let mut out = String::with_capacity(message.len().min(4 * MAX_WORD));
+    for piece in message.split_inclusive(char::is_whitespace) {
+        let word = piece.trim_end_matches(char::is_whitespace);
+        let space = &piece[word.len()..];
+        let Some((cut, _)) = word.char_indices().nth(MAX_WORD) else {
+            out.push_str(piece);
+            continue;
+        };
+        // The closing punctuation, kept: `` `name` `` stays quoted.
+        let body = word.trim_end_matches(['`', '\'', '"', ')', ']', '}', ',', ';', ':', '.']);
+        let close = &word[body.len()..];
+        let cut = cut.min(body.len());
+        out.push_str(&word[..cut]);
+        out.push('…');
+        out.push_str(close);
+        let _ = write!(out, " ({} bytes)", word.len());
+        out.push_str(space);
+    }
+    out
 }
 
 impl std::fmt::Display for LoadError {
@@ -105,6 +153,20 @@ pub(crate) fn levenshtein(a: &str, b: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_word_of_a_message_is_cut_keeping_its_quotes() {
+        let long = "x".repeat(70_000);
+        let e = LoadError::new(None, None, format!("column `{long}` cannot be resolved: the query reads no relation"));
+        assert_eq!(e.message, format!("column `{}…` (70002 bytes) cannot be resolved: the query reads no relation", "x".repeat(MAX_WORD - 1)));
+        let e = e.with_hint(format!("try {long}"));
+        assert_eq!(e.hint.as_deref(), Some(format!("try {}… (70000 bytes)", "x".repeat(MAX_WORD)).as_str()));
+        // Short words, multi-byte ones included, and whitespace are kept as they are.
+        let short = format!("a\n  `{}` b", "é".repeat(MAX_WORD - 2));
+        assert_eq!(bounded_words(short.clone()), short);
+        assert_eq!(excerpt("abcdef", 3, 60), "abc… (60 bytes)");
+        assert_eq!(excerpt("abc", 3, 3), "abc");
+    }
 
     #[test]
     fn suggests_close_names_only() {

@@ -528,6 +528,13 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
     let jinja = query.map(jinja_tags).unwrap_or_default();
     let body = match query {
         None => None,
+        // A NUL byte (`"\0"` in a Lua or Rhai string: a file holding one is refused at its
+        // line) reaches no engine: DuckDB stops at it ("nul byte found in provided data").
+        Some(text) if text.contains('\0') => {
+            let line = text[..text.find('\0').unwrap_or(0)].matches('\n').count() + 1;
+            errors.push(err(format!("the query holds a NUL byte (`\\0`, line {line} of the query): no engine reads it")));
+            None
+        }
         Some(text) if !jinja.is_empty() => {
             for (offset, tag) in &jinja {
                 let line = text[..*offset].matches('\n').count() + 1;
@@ -611,6 +618,10 @@ fn model_statements(
             let text = text.trim().trim_end_matches(';').trim_end();
             if text.is_empty() {
                 errors.push(err(format!("{what} is empty")));
+                continue;
+            }
+            if text.contains('\0') {
+                errors.push(err(format!("{what} holds a NUL byte (`\\0`): no engine reads it")));
                 continue;
             }
             let jinja = jinja_tags(text);
@@ -1175,6 +1186,23 @@ mod tests {
             Ok(m) => panic!("built {}", m.name),
             Err(errs) => errs.iter().map(ToString::to_string).collect(),
         }
+    }
+
+    /// A NUL byte in a Lua or Rhai model's query or statements (`"\0"` in a string: no file
+    /// holds one) passed `check` with a warning and failed `apply` with the engine's "nul byte
+    /// found in provided data": a load error at the model.
+    #[test]
+    fn a_nul_byte_in_a_query_or_a_statement_is_a_load_error() {
+        let spec = json!({ "name": "s.m", "kind": { "kind": "full" }, "schema": [["x", "integer"]] });
+        assert_eq!(
+            errors_of("models/m.lua", spec, Some("SELECT 1\n  AS x\0")),
+            ["models/m.lua:3: model `s.m`: the query holds a NUL byte (`\\0`, line 2 of the query): no engine reads it"]
+        );
+        let spec = json!({ "name": "s.m", "kind": { "kind": "full" }, "schema": [["x", "integer"]], "post_statements": ["SELECT 1", "SELECT '\0'"] });
+        assert_eq!(
+            errors_of("models/m.lua", spec, Some("SELECT 1 AS x")),
+            ["models/m.lua:3: model `s.m`: `post_statements`[2] holds a NUL byte (`\\0`): no engine reads it"]
+        );
     }
 
     /// A missing `schema` or `kind` is told in the words of the model's language: the `.sql`

@@ -162,10 +162,54 @@ pub fn same_twice(name: &str, first: Result<String, Failure>, again: impl FnOnce
         Ok(second) if second == sql => Ok(sql),
         Ok(second) => Err(Failure::new(format!(
             "macro `@{name}` returned `{}` and then `{}` for the same arguments: a macro must depend on its arguments alone (no state kept between calls), or a model's SQL would depend on which files efmesh evaluated before it",
-            one_line(&sql),
-            one_line(&second)
+            quoted(&sql),
+            quoted(&second)
         ))),
         Err(e) => Err(e),
+    }
+}
+
+/// The refusal of macro `name` (defined at `at`) whose call changed `what` (`shared.v`, a
+/// variable it captured): state that outlives the call, which a later call — of it or of
+/// another macro reading the same state — would see, so a model's SQL would depend on which
+/// models the macro interpreter served before it (the load cache, thread timing).
+pub fn state_written(name: &str, at: &Location, what: &str) -> Failure {
+    Failure {
+        message: format!("macro `@{name}` ({at}) writes state that outlives the call (`{what}`): a macro must be a pure function of its arguments"),
+        hint: Some(STATE_HINT.into()),
+    }
+}
+
+/// The hint of [`state_written`].
+const STATE_HINT: &str = "compute what the SQL needs from the arguments at each call: the file's variables and tables are shared by every call (keep constants there, never write them)";
+
+/// Characters of a macro's output an error quotes ([`quoted`]).
+pub const QUOTED_CHARS: usize = 200;
+
+/// A macro's output (or what it raised) as an error quotes it: on one line, and past
+/// [`QUOTED_CHARS`] characters cut, saying how long it was (`xxx… (62914563 bytes)`).
+pub(crate) fn quoted(s: &str) -> String {
+    let flat = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    crate::core::error::excerpt(&flat, QUOTED_CHARS, s.len())
+}
+
+/// Characters of a failed macro call's message ([`Foreign::call_macro`]): room for the
+/// macro's own message, not for a megabyte it raised.
+const FAILURE_CHARS: usize = 1000;
+
+/// `sql`, a macro's output, unless it holds a NUL byte, which no engine reads (DuckDB stops at
+/// it: "nul byte found in provided data"): a load error at the call naming the macro (defined
+/// at `at`).
+fn nul_free(name: &str, at: &Location, sql: String) -> Result<String, Failure> {
+    match sql.find('\0') {
+        None => Ok(sql),
+        Some(i) => Err(Failure {
+            message: format!(
+                "macro `@{name}` ({at}) returned SQL holding a NUL byte (`\\0`, at byte {i} of `{}`): no engine reads it",
+                quoted(&sql.replace('\0', "\\0"))
+            ),
+            hint: Some("a NUL byte is no SQL: remove it from what the macro returns".into()),
+        }),
     }
 }
 
@@ -405,7 +449,7 @@ impl Foreign {
     /// result that is not a string; each message names the macro and where it is defined.
     pub fn call_macro(&self, name: &str, args: Vec<String>) -> Result<String, Failure> {
         let index = self.macro_index();
-        let Some((lang, _)) = index.get(name) else {
+        let Some((lang, info)) = index.get(name) else {
             let hint = match did_you_mean(name, index.keys().map(String::as_str)) {
                 Some(s) => format!("did you mean `@{s}`?"),
                 None => no_macro_hint(),
@@ -423,7 +467,8 @@ impl Foreign {
         match rx.recv() {
             Ok((out, reads)) => {
                 note_call_reads(reads);
-                out
+                out.and_then(|sql| nul_free(name, &info.location, sql))
+                    .map_err(|f| Failure { message: crate::core::error::excerpt(&f.message, FAILURE_CHARS, f.message.len()), hint: f.hint })
             }
             Err(_) => Err(Failure::new(format!("macro `@{name}`: its interpreter stopped"))),
         }
@@ -602,4 +647,42 @@ fn unknown_signals(index: &BTreeMap<String, (Lang, MacroInfo)>, model: Option<&M
         errors.push(LoadError::new(Some(s.location.clone()), model.cloned(), format!("unknown signal `{}`", s.name)).with_hint(hint));
     }
     errors
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at() -> Location {
+        Location { file: PathBuf::from("macros/m.lua"), line: 3 }
+    }
+
+    /// A macro answering megabytes: the error quotes 200 characters of each answer and its
+    /// length (it pasted both whole).
+    #[test]
+    fn an_error_quotes_a_macros_output_within_bounds() {
+        let (a, b) = ("a".repeat(3_000_000), "b".repeat(10));
+        let e = same_twice("m", Ok(a.clone()), || Ok(b.clone())).unwrap_err();
+        assert!(e.message.len() < 1000, "{} bytes", e.message.len());
+        assert!(e.message.contains(&format!("returned `{}… (3000000 bytes)` and then `bbbbbbbbbb`", "a".repeat(QUOTED_CHARS))), "{}", e.message);
+        assert_eq!(quoted("select\n  1"), "select 1");
+    }
+
+    #[test]
+    fn a_nul_byte_in_a_macros_output_is_refused_naming_the_macro() {
+        assert_eq!(nul_free("m", &at(), "SELECT 1".into()).unwrap(), "SELECT 1");
+        let e = nul_free("m", &at(), "1\0".into()).unwrap_err();
+        assert_eq!(e.message, "macro `@m` (macros/m.lua:3) returned SQL holding a NUL byte (`\\0`, at byte 1 of `1\\0`): no engine reads it");
+        assert!(!e.message.contains('\0'));
+    }
+
+    #[test]
+    fn a_write_is_refused_naming_the_macro_and_what_it_wrote() {
+        let e = state_written("set", &at(), "shared.v");
+        assert_eq!(
+            e.message,
+            "macro `@set` (macros/m.lua:3) writes state that outlives the call (`shared.v`): a macro must be a pure function of its arguments"
+        );
+        assert!(e.hint.is_some_and(|h| h.contains("at each call")));
+    }
 }

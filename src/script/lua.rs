@@ -10,7 +10,9 @@
 //! table ([`LuaHost::load_file`]): what it requires is evaluated for it alone, so one file
 //! mutating a module's table cannot change what another sees (see [`super::loader`]). Not available: `io`, `os`, `debug`,
 //! `package`, `load`, `loadfile`, `dofile`, `string.dump`, `collectgarbage`, randomness and the
-//! clock. `require` resolves only files inside the project.
+//! clock. `require` resolves only files inside the project. (The macro interpreter of
+//! [`serve`] loads `debug` for its own check that macros keep no state, [`frozen`], and takes it
+//! out of the globals before any other code runs.)
 //!
 //! # Termination
 //!
@@ -28,6 +30,7 @@
 
 mod audits;
 mod chunk;
+mod frozen;
 
 use super::builder::{Site, Sites, build_model};
 use super::sandbox::{Definitions, FileOutcome, PrintCap, Reached};
@@ -203,8 +206,8 @@ return safe
 "#;
 
 /// Every embedded Lua source the host evaluates (the load cache's key covers them).
-pub(crate) fn stdlib_sources() -> [&'static str; 4] {
-    [PRELUDE, GUARDS, SAFE_BASE, audits::BUILTINS]
+pub(crate) fn stdlib_sources() -> [&'static str; 5] {
+    [PRELUDE, GUARDS, SAFE_BASE, audits::BUILTINS, frozen::SOURCE]
 }
 
 /// A model handle returned by `define_model`: pass it to `ref()` and `cols()`.
@@ -434,6 +437,8 @@ pub struct LuaHost {
     proto: Table,
     /// Builds one file's environment (see [`environment_factory`]).
     env_factory: Function,
+    /// The check that macros keep no state ([`frozen`]): in the macro interpreter ([`serve`]) only.
+    frozen: Option<frozen::Frozen>,
 }
 
 fn rt(msg: impl Into<String>) -> mlua::Error {
@@ -462,7 +467,9 @@ const NOT_ENOUGH_MEMORY: &str = "not enough memory";
 /// of the guards): `table`, never `table: 0x…`, whose address depends on what the interpreter
 /// ran before and would otherwise reach SQL through a `pcall`'s message (a new fingerprint with
 /// no edit). efmesh's own errors (a callback's, the budget's) pass unchanged. It notes that it
-/// ran ([`HandlerRan`]).
+/// ran ([`HandlerRan`]). While a macro runs, a table raised is shown with its fields, after the
+/// file:line that raised it ([`described`]): Lua gives a value that is not a string no position,
+/// and `failed: table` said nothing of what went wrong.
 fn error_handler(lua: &Lua, plain: Function, st: Rc<RefCell<State>>) -> mlua::Result<Function> {
     lua.create_function(move |lua, e: Value| {
         if let Some(ran) = lua.app_data_ref::<HandlerRan>() {
@@ -473,17 +480,109 @@ fn error_handler(lua: &Lua, plain: Function, st: Rc<RefCell<State>>) -> mlua::Re
         }
         let text = match &e {
             Value::String(s) => s.to_string_lossy(),
-            other => match plain.call::<String>(other.clone()) {
-                Ok(text) => text,
-                // A `__tostring` that fails: the type's name; one that loops: the spent budget.
-                Err(_) => match st.try_borrow().ok().and_then(|s| s.tripped()) {
-                    Some(tripped) => return Ok(Value::Error(Box::new(tripped))),
-                    None => other.type_name().to_string(),
-                },
-            },
+            other => {
+                let in_macro = st.try_borrow().ok().filter(|s| s.in_macro).map(|s| s.root.clone());
+                let shown = match &in_macro {
+                    Some(root) => described(&plain, other).map(|text| match caller_location(lua, root) {
+                        Some(at) => format!("{at}: {text}"),
+                        None => text,
+                    }),
+                    None => plain.call::<String>(other.clone()),
+                };
+                match shown {
+                    Ok(text) => text,
+                    // A `__tostring` that fails: the type's name; one that loops: the spent budget.
+                    Err(_) => match st.try_borrow().ok().and_then(|s| s.tripped()) {
+                        Some(tripped) => return Ok(Value::Error(Box::new(tripped))),
+                        None => other.type_name().to_string(),
+                    },
+                }
+            }
         };
         Ok(Value::String(lua.traceback(Some(text.as_str()), 0)?))
     })
+}
+
+/// Entries of a table [`described`] shows, per table.
+const DESCRIBED_ENTRIES: usize = 16;
+
+/// A value a macro raised that is not a string, as text: a table without `__tostring` as its
+/// entries (`{code = 1, why = "bad", list = {1, 2}}`: keys in order — numbers, strings,
+/// booleans —, a sequence's items by position, tables two levels deep, at most
+/// [`DESCRIBED_ENTRIES`] entries each), anything else as `plain` (the sandbox's `tostring`) shows
+/// it. No address either way, nor any order that depends on one.
+fn described(plain: &Function, v: &Value) -> mlua::Result<String> {
+    fn rank(v: &Value) -> u8 {
+        match v {
+            Value::Integer(_) | Value::Number(_) => 0,
+            Value::String(_) => 1,
+            Value::Boolean(_) => 2,
+            _ => 3,
+        }
+    }
+    fn number(v: &Value) -> f64 {
+        match v {
+            Value::Integer(i) => *i as f64,
+            Value::Number(n) => *n,
+            _ => 0.0,
+        }
+    }
+    fn show(plain: &Function, v: &Value, depth: usize, out: &mut String) -> mlua::Result<()> {
+        use std::fmt::Write as _;
+        let t = match v {
+            Value::String(s) => {
+                let _ = write!(out, "{:?}", s.to_string_lossy());
+                return Ok(());
+            }
+            Value::Table(t) if t.metatable().is_none_or(|m| m.raw_get::<Value>("__tostring").is_ok_and(|f| f.is_nil())) => t,
+            other => {
+                out.push_str(&plain.call::<String>(other.clone())?);
+                return Ok(());
+            }
+        };
+        if depth >= 2 {
+            out.push_str("{…}");
+            return Ok(());
+        }
+        let mut entries: Vec<(Value, Value)> = Vec::new();
+        for pair in t.pairs::<Value, Value>() {
+            entries.push(pair?);
+        }
+        entries.sort_by(|(a, _), (b, _)| {
+            rank(a).cmp(&rank(b)).then_with(|| match (a, b) {
+                (Value::String(x), Value::String(y)) => x.to_string_lossy().cmp(&y.to_string_lossy()),
+                (Value::Boolean(x), Value::Boolean(y)) => x.cmp(y),
+                _ => number(a).partial_cmp(&number(b)).unwrap_or(std::cmp::Ordering::Equal),
+            })
+        });
+        let len = t.raw_len();
+        out.push('{');
+        for (i, (k, x)) in entries.iter().take(DESCRIBED_ENTRIES).enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            match k {
+                Value::Integer(j) if *j >= 1 && usize::try_from(*j).is_ok_and(|j| j <= len) => {}
+                Value::String(s) if crate::core::name::is_identifier(&s.to_string_lossy()) => {
+                    let _ = write!(out, "{} = ", s.to_string_lossy());
+                }
+                other => {
+                    out.push('[');
+                    show(plain, other, depth + 1, out)?;
+                    out.push_str("] = ");
+                }
+            }
+            show(plain, x, depth + 1, out)?;
+        }
+        if entries.len() > DESCRIBED_ENTRIES {
+            let _ = write!(out, ", … ({} entries)", entries.len());
+        }
+        out.push('}');
+        Ok(())
+    }
+    let mut out = String::new();
+    show(plain, v, 0, &mut out)?;
+    Ok(out)
 }
 
 /// Calls project code `f` with `args`, as [`Function::call`] does but under [`error_handler`]
@@ -666,7 +765,31 @@ impl LuaHost {
     /// # Errors
     /// When the interpreter cannot be created.
     pub fn new(root: &Path) -> mlua::Result<Self> {
-        let lua = Lua::new_with(StdLib::STRING | StdLib::TABLE | StdLib::MATH | StdLib::UTF8, LuaOptions::new())?;
+        Self::create(root, false)
+    }
+
+    /// A host for the project rooted at `root`; `served`: the macro interpreter of
+    /// [`serve`], which also checks that macros keep no state ([`frozen`]) with the debug
+    /// library, taken out of the globals before anything else runs (no script sees it: a file's
+    /// environment is built from `proto` and copies of [`COPIED_LIBRARIES`]).
+    fn create(root: &Path, served: bool) -> mlua::Result<Self> {
+        let libs = StdLib::STRING | StdLib::TABLE | StdLib::MATH | StdLib::UTF8;
+        let lua = if served {
+            // SAFETY: the debug library is loaded for efmesh's own code (`frozen`) only: it is
+            // removed from the globals below, before any other code runs, and kept in a Rust
+            // value; mlua's "unsafe" mode otherwise only allows loading C modules, which no
+            // library loaded here can do (no `package`).
+            unsafe { Lua::unsafe_new_with(libs | StdLib::DEBUG, LuaOptions::new()) }
+        } else {
+            Lua::new_with(libs, LuaOptions::new())?
+        };
+        let debug: Option<Table> = if served {
+            let debug: Table = lua.globals().get("debug")?;
+            lua.globals().raw_set("debug", Value::Nil)?;
+            Some(debug)
+        } else {
+            None
+        };
         lua.set_memory_limit(MEMORY_LIMIT)?;
         let state = Rc::new(RefCell::new(State { root: root.to_path_buf(), ..State::default() }));
         {
@@ -719,7 +842,8 @@ impl LuaHost {
         let prelude: Table = lua.load(PRELUDE).set_name("=efmesh/prelude.lua").eval()?;
         proto.set("kind", prelude.get::<Value>("kind")?)?;
         let placeholder = lua.create_function(|_, ()| Ok(()))?;
-        let mut host = Self { lua, state, proto, env_factory: placeholder };
+        let frozen = debug.as_ref().map(|d| frozen::Frozen::new(&lua, d)).transpose()?;
+        let mut host = Self { lua, state, proto, env_factory: placeholder, frozen };
         host.install_api()?;
         audits::install(&host.lua, &host.proto, &host.state)?;
         let require = require_fn(&host.lua, host.state.clone())?;
@@ -913,7 +1037,7 @@ impl LuaHost {
         map: fn(&mut State) -> &mut std::collections::BTreeMap<String, (Location, Function)>,
     ) -> mlua::Result<Function> {
         let st = self.state.clone();
-        self.lua.create_function(move |lua, (name, f): (Value, Value)| {
+        self.lua.create_function(move |lua, args: MultiValue| {
             let root = st.borrow().root.clone();
             let location = caller_location(lua, &root).unwrap_or_else(|| Location { file: PathBuf::new(), line: 0 });
             let mut s = st.borrow_mut();
@@ -921,6 +1045,12 @@ impl LuaHost {
                 return Err(rt(kind.outside));
             }
             let [usage, expects] = kind.lua;
+            // An extra argument (`define_macro("m", f, 3)`) would be ignored silently.
+            if args.len() > 2 {
+                return Err(rt(format!("`{}` takes a name and a function, e.g. `{usage}`, got {} arguments", kind.function, args.len())));
+            }
+            let mut args = args.into_iter();
+            let (name, f) = (args.next().unwrap_or(Value::Nil), args.next().unwrap_or(Value::Nil));
             let Value::String(name) = name else {
                 return Err(rt(format!("`{}` expects a name and a function, e.g. `{usage}`, got {} first", kind.function, name.type_name())));
             };
@@ -1317,16 +1447,72 @@ impl LuaHost {
         for a in &args {
             values.push_back(Value::String(self.lua.create_string(a).map_err(|e| Failure::new(e.to_string()))?));
         }
-        self.state.borrow_mut().in_macro = true;
-        let out = self.with_budget(&at.file, || call_plain::<Value>(&self.lua, &f, values));
-        self.state.borrow_mut().in_macro = false;
-        match out {
-            Ok(Value::String(s)) => {
-                s.to_str().map(|s| s.to_string()).map_err(|_| Failure::new(format!("macro `@{name}` ({at}) returned text that is not UTF-8")))
-            }
-            Ok(other) => Err(Failure::new(format!("macro `@{name}` ({at}) must return a string of SQL, got {}", other.type_name()))),
-            Err(e) => Err(Failure::new(format!("macro `@{name}` ({at}) failed: {}", audits::lua_message(&e)))),
+        // What the macro reaches, before its first call (again after the state changed).
+        if let Some(frozen) = &self.frozen {
+            frozen
+                .before(name, &f, || self.kept_modules())
+                .map_err(|e| Failure::new(format!("macro `@{name}` ({at}): cannot take the snapshot of the state it reaches: {e}")))?;
         }
+        self.state.borrow_mut().in_macro = true;
+        let out = self.with_budget(&at.file, || call_plain::<MultiValue>(&self.lua, &f, values));
+        self.state.borrow_mut().in_macro = false;
+        let written = match &self.frozen {
+            Some(frozen) => frozen.after(name).map_err(|e| Failure::new(format!("macro `@{name}` ({at}): cannot compare the state it reaches: {e}")))?,
+            None => None,
+        };
+        let mut values = match out {
+            Ok(values) => values,
+            Err(e) => return Err(Failure::new(format!("macro `@{name}` ({at}) failed: {}", audits::lua_message(&e)))),
+        };
+        if let Some(what) = written {
+            return Err(super::foreign::state_written(name, &at, &what));
+        }
+        // `return sql, extra`: the extra values would be dropped silently.
+        if values.len() > 1 {
+            return Err(Failure::new(format!("macro `@{name}` ({at}) returned {} values: a macro returns one string of SQL", values.len())));
+        }
+        match values.pop_front().unwrap_or(Value::Nil) {
+            Value::String(s) => s.to_str().map(|s| s.to_string()).map_err(|_| Failure::new(format!("macro `@{name}` ({at}) returned text that is not UTF-8"))),
+            other => Err(Failure::new(format!("macro `@{name}` ({at}) must return a string of SQL, got {}", other.type_name()))),
+        }
+    }
+
+    /// The modules kept from the definition files ([`LuaHost::keep_modules`]; `require` hands
+    /// them to any macro), for a macro's snapshot ([`frozen::Frozen::before`]): a sequence of
+    /// value, label (`require("lib.h")`), in the order of their paths; only tables and
+    /// functions (other values cannot be changed in place).
+    fn kept_modules(&self) -> mlua::Result<Table> {
+        let mut kept: Vec<(PathBuf, Value)> = Vec::new();
+        {
+            let s = self.state.borrow();
+            for (rel, m) in &s.modules {
+                if let ModuleState::Done(key) = m
+                    && s.shared.contains(rel)
+                {
+                    kept.push((rel.clone(), self.lua.registry_value::<Value>(key)?));
+                }
+            }
+        }
+        kept.sort_by(|(a, _), (b, _)| a.cmp(b));
+        let roots = self.lua.create_table()?;
+        for (rel, v) in kept {
+            if matches!(v, Value::Table(_) | Value::Function(_)) {
+                roots.raw_push(v)?;
+                roots.raw_push(frozen::module_label(&rel))?;
+            }
+        }
+        Ok(roots)
+    }
+
+    /// Forgets the modules a served request required beyond the kept ones
+    /// ([`LuaHost::keep_modules`]), as [`LuaHost::load_file`] does for each top-level file: a
+    /// module a macro's function requires when called is evaluated afresh for each request, so
+    /// what one call left in it cannot reach another.
+    fn forget_unkept_modules(&self) {
+        let mut s = self.state.borrow_mut();
+        let shared = std::mem::take(&mut s.shared);
+        s.modules.retain(|k, _| shared.contains(k));
+        s.shared = shared;
     }
 
     /// Evaluates signal `name` (see [`super::foreign::Foreign::call_signal`]): its queries go
@@ -1419,7 +1605,7 @@ pub(crate) fn serve(
     rx: std::sync::mpsc::Receiver<super::foreign::Request>,
 ) {
     use super::foreign::{Defs, MacroInfo, Request};
-    let Ok(mut host) = LuaHost::new(root) else { return };
+    let Ok(mut host) = LuaHost::create(root, true) else { return };
     for f in files {
         host.load_file(f);
     }
@@ -1439,10 +1625,15 @@ pub(crate) fn serve(
     // Macros checked for state kept between calls (their first call, twice).
     let mut checked: std::collections::HashSet<String> = std::collections::HashSet::new();
     while let Ok(req) = rx.recv() {
+        host.forget_unkept_modules();
         match req {
             Request::Signal { name, intervals, args, reply } => {
                 let verdict = host.call_signal(&name, &intervals, &args, &reply);
                 let _ = reply.send(super::foreign::SignalMsg::Done(verdict));
+                // Signals are not checked: no macro is blamed for what one changed.
+                if let Some(frozen) = &host.frozen {
+                    frozen.forget();
+                }
             }
             Request::Macro { name, args, reply } => {
                 host.state.borrow_mut().reached = Some(Reached::default());
@@ -1458,6 +1649,11 @@ pub(crate) fn serve(
                 host.state.borrow_mut().reached = Some(Reached::default());
                 let out = host.render_audit(&name, positional, named, &location);
                 let _ = reply.send((out, host.call_reads()));
+                // Audit bodies are checked by their answers ([`super::audits::finish_pure`]):
+                // no macro is blamed for what one changed.
+                if let Some(frozen) = &host.frozen {
+                    frozen.forget();
+                }
             }
         }
         let _ = host.take_errors();

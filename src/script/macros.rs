@@ -50,6 +50,8 @@ pub fn not_in_macros(function: &str) -> String {
     let instead = match function {
         "ref" => "pass `@ref(model)` as an argument instead",
         "cols" => "pass the columns (and `@ref(model)`) as arguments instead",
+        // One defined by a call would outlive it: later audit uses would depend on the call.
+        "define_audit" => "audits are defined at the top of audit or macro files",
         _ => "models are defined in model files",
     };
     format!("`{function}()` is not available in macros: {instead}")

@@ -184,6 +184,9 @@ struct State {
     /// True while a macro's function runs ([`call_macro`]): `ref`, `cols` and `define_model`
     /// refuse ([`refused_in_macro`]).
     in_macro: bool,
+    /// In a [`serve`]d interpreter, what each macro called since the state last changed had
+    /// captured, before its first call ([`captured`]): compared after each call.
+    captured: HashMap<String, Vec<String>>,
     /// The file defining the audit body, macro or signal running: efmesh calls their closure
     /// with no source, so an error of a host function inside it is placed in this file
     /// ([`refuse_fn_ptr_text`]). `None` outside such a call.
@@ -507,6 +510,8 @@ pub(crate) fn serve(
                     None => verdict,
                 };
                 let _ = reply.send(super::foreign::SignalMsg::Done(verdict));
+                // Signals are not checked: no macro is blamed for what one changed.
+                refs.state.borrow_mut().captured.clear();
             }
             Request::Macro { name, args, reply } => {
                 refs.state.borrow_mut().reached = Some(Reached::default());
@@ -538,6 +543,9 @@ pub(crate) fn serve(
                     None => out,
                 };
                 let _ = reply.send((out, call_reads(&refs)));
+                // Audit bodies are checked by their answers: no macro is blamed for what one
+                // changed.
+                refs.state.borrow_mut().captured.clear();
             }
         }));
         if run.is_err() {
@@ -677,6 +685,11 @@ fn call_macro(engine: &Engine, refs: &Refs, name: &str, args: Vec<String>) -> Re
         return Err(Failure::new(arity_message(name, &at, &count(n), args.len())));
     }
     let values: Vec<Dynamic> = args.into_iter().map(|a| Dynamic::from(ImmutableString::from(a))).collect();
+    // What the closure captured, before its first call (again after the state changed).
+    if !f.curry().is_empty() && !refs.state.borrow().captured.contains_key(name) {
+        let before = captured(&f);
+        refs.state.borrow_mut().captured.insert(name.to_string(), before);
+    }
     let outer = {
         let mut s = refs.state.borrow_mut();
         s.in_macro = true;
@@ -687,6 +700,11 @@ fn call_macro(engine: &Engine, refs: &Refs, name: &str, args: Vec<String>) -> Re
         let mut s = refs.state.borrow_mut();
         s.in_macro = false;
         s.body_file = outer;
+    }
+    if let Some(what) = written(refs, name, &f, &ast)
+        && out.is_ok()
+    {
+        return Err(super::foreign::state_written(name, &at, &what));
     }
     match out {
         Ok(v) => match v.read_lock::<ImmutableString>() {
@@ -700,6 +718,33 @@ fn call_macro(engine: &Engine, refs: &Refs, name: &str, args: Vec<String>) -> Re
         },
         Err(e) => Err(Failure::new(format!("macro `@{name}` ({at}) failed: {}", errors::macro_message(&e, &at.file)))),
     }
+}
+
+/// What closure `f` captured, each variable as text (`Debug`: a shared variable's current value,
+/// arrays and maps with their items, closures with what they captured in turn). A closure
+/// captures the variables of its file by sharing them: whatever it writes there every later call
+/// of it — and of any closure of the file capturing the same variable — sees. Rhai's `fn`
+/// functions capture nothing, module variables are constants and global constants read-only,
+/// so a macro can keep state between calls only there. Costs time in proportion to what it
+/// captured; nothing for a closure that captures nothing.
+fn captured(f: &FnPtr) -> Vec<String> {
+    f.iter_curry().map(|v| format!("{v:?}")).collect()
+}
+
+/// After a call of macro `name` (closure `f` of `ast`): the first variable it captured whose
+/// value is not what it was before its first call ([`captured`]), if any; then every other
+/// macro's record is dropped too (the state they describe is gone).
+fn written(refs: &Refs, name: &str, f: &FnPtr, ast: &::rhai::AST) -> Option<String> {
+    if f.curry().is_empty() {
+        return None;
+    }
+    let now = captured(f);
+    let mut s = refs.state.borrow_mut();
+    let i = s.captured.get(name)?.iter().zip(&now).position(|(was, now)| was != now)?;
+    s.captured.clear();
+    // A closure's captured variables are the first parameters of its function.
+    let variable = ast.iter_functions().find(|m| m.name == f.fn_name()).and_then(|m| m.params.get(i).map(|p| p.to_string()));
+    Some(variable.unwrap_or_else(|| format!("captured variable {}", i + 1)))
 }
 
 /// A runtime error raised by a host function; Rhai fills in the call position.

@@ -332,7 +332,8 @@ fn a_file_a_macro_loads_only_when_called_is_an_input_of_its_callers() {
 #[test]
 fn a_macro_keeping_state_between_calls_is_refused_naming_it() {
     // A counter: its SQL would depend on which files were evaluated before the caller (a comment
-    // edit re-evaluating one file alone would change its data). Lua and Rhai alike.
+    // edit re-evaluating one file alone would change its data). Lua and Rhai alike: the first
+    // call's write is refused, naming what it wrote.
     let p = project();
     p.write("macros/m.lua", "local n = 0\ndefine_macro(\"seq\", function() n = n + 1; return tostring(n) end)\n");
     p.write("macros/r.rhai", "let n = [0];\ndefine_macro(\"rseq\", |c| { n[0] += 1; `${c} + ${n[0]}` });\n");
@@ -341,11 +342,109 @@ fn a_macro_keeping_state_between_calls_is_refused_naming_it() {
     let run = p.run(&["plan", "dev"]);
     run.expect_code(1);
     for expected in [
-        "models/t1.sql:4: model `s.t1`: macro `@seq` returned `1` and then `2` for the same arguments",
-        "models/t2.sql:4: model `s.t2`: macro `@rseq` returned",
-        "a macro must depend on its arguments alone",
+        "models/t1.sql:4: model `s.t1`: macro `@seq` (macros/m.lua:2) writes state that outlives the call (`n`)",
+        "models/t2.sql:4: model `s.t2`: macro `@rseq` (macros/r.rhai:2) writes state that outlives the call (`n`)",
+        "a macro must be a pure function of its arguments",
     ] {
         assert!(run.stderr.contains(expected), "`{expected}` in:\n{}", run.stderr);
+    }
+}
+
+/// One macro wrote a table of its file that another one read (`@set(7)` in one model, `@get()`
+/// in another): calling each twice saw nothing, and `s.y` got 7 or 1 depending on whether the
+/// macro interpreter served `s.x` first — on the load cache (a comment edit of `y.sql` alone
+/// re-planned it as breaking with 1) and on thread timing. Now the write is a load error at the
+/// call naming the macro, its file:line and what it wrote, on any number of threads; a macro
+/// reading the same table (and building tables of its own) loads, and gives the same SQL
+/// whether its file is evaluated alone or not.
+#[test]
+fn a_macro_writing_state_another_macro_reads_is_a_load_error_on_any_number_of_threads() {
+    let p = project();
+    p.write(
+        "macros/state.lua",
+        "local shared = { v = \"1\" }\ndefine_macro(\"set\", function(x) shared.v = x; return \"0\" end)\ndefine_macro(\"get\", function() return shared.v end)\n",
+    );
+    p.write("macros/state.rhai", "let state = [\"1\"];\ndefine_macro(\"rset\", |x| { state[0] = x; \"0\" });\ndefine_macro(\"rget\", || state[0]);\n");
+    p.write("models/src.sql", "-- name: s.src\n-- kind: full\n-- schema: id integer\nSELECT 1 AS id\n");
+    let model = |name: &str, column: &str, call: &str| {
+        format!("-- name: s.{name}\n-- kind: full\n-- schema: id integer, {column} integer\n-- refs: s.src\nSELECT id, {call} AS {column} FROM @ref(s.src)\n")
+    };
+    p.write("models/x.sql", &model("x", "z", "@set(7)"));
+    p.write("models/y.sql", &model("y", "v", "@get()"));
+    p.write("models/rx.sql", &model("rx", "z", "@rset(8)"));
+    p.write("models/ry.sql", &model("ry", "v", "@rget()"));
+    for threads in ["1", "2"] {
+        let out = p.command(&["check"]).env("EFMESH_LOAD_THREADS", threads).output().expect("spawn efmesh");
+        let run = Run::from_output(out, format!("EFMESH_LOAD_THREADS={threads} efmesh check"));
+        run.expect_code(1);
+        let said = format!("{}{}", run.stdout, run.stderr);
+        for expected in [
+            "models/x.sql:5: model `s.x`: macro `@set` (macros/state.lua:2) writes state that outlives the call (`shared.v`): a macro must be a pure function of its arguments",
+            "models/rx.sql:5: model `s.rx`: macro `@rset` (macros/state.rhai:2) writes state that outlives the call (`state`)",
+        ] {
+            assert!(said.contains(expected), "{threads} threads: `{expected}` in:\n{said}");
+        }
+        assert!(!said.contains("models/y.sql") && !said.contains("models/ry.sql"), "the readers are not blamed: {said}");
+    }
+    // Reading the file's table, building and changing tables of its own: no state kept.
+    p.write(
+        "macros/state.lua",
+        "local shared = { v = \"1\" }\ndefine_macro(\"set\", function(x) local mine = { v = x }; mine.v = mine.v .. \"\"; return \"0\" end)\ndefine_macro(\"get\", function() return shared.v end)\n",
+    );
+    p.write(
+        "macros/state.rhai",
+        "let state = [\"1\"];\ndefine_macro(\"rset\", |x| { let mine = state; mine[0] = x; \"0\" });\ndefine_macro(\"rget\", || state[0]);\n",
+    );
+    p.apply("dev");
+    assert_eq!(p.rows("dev__s.y"), vec![vec![Some("1".into()), Some("1".into())]]);
+    assert_eq!(p.rows("dev__s.ry"), vec![vec![Some("1".into()), Some("1".into())]]);
+    // A comment edit re-evaluates `y.sql` alone (the load cache): the same SQL.
+    p.write("models/y.sql", &format!("{}-- a comment\n", model("y", "v", "@get()")));
+    assert!(changed(&p.plan("dev")).is_empty());
+}
+
+/// A macro's mistakes are load errors at the call saying what went wrong, within bounds: a
+/// table raised (`failed: table` before), extra values returned or an extra argument to
+/// `define_macro` (ignored silently before), a NUL byte in its SQL (`check` passed with a
+/// warning and `apply` failed with the engine's "nul byte found in provided data"), and a
+/// megabyte of output (pasted whole into each error quoting a name from it).
+#[test]
+fn a_macros_mistakes_are_load_errors_saying_what_within_bounds() {
+    let p = project();
+    p.write(
+        "macros/m.lua",
+        "define_macro(\"boom\", function(x)\n  error({ code = 1, why = \"bad \" .. x, list = { 1, 2 } })\nend)\n\
+         define_macro(\"two\", function(x) return x, \"x\" end)\n\
+         define_macro(\"nul\", function(x) return x .. \"\\0\" end)\n",
+    );
+    p.write("macros/extra.lua", "define_macro(\"three\", function(x) return x end, 3)\n");
+    for m in ["boom", "two", "nul"] {
+        p.write(&format!("models/{m}.sql"), &format!("-- name: s.{m}\n-- kind: full\n-- schema: v integer\nSELECT @{m}(1) AS v\n"));
+    }
+    let run = p.run(&["check"]);
+    run.expect_code(1);
+    let said = format!("{}{}", run.stdout, run.stderr);
+    for expected in [
+        "models/boom.sql:4: model `s.boom`: macro `@boom` (macros/m.lua:1) failed: macros/m.lua:2: {code = 1, list = {1, 2}, why = \"bad 1\"}",
+        "models/two.sql:4: model `s.two`: macro `@two` (macros/m.lua:4) returned 2 values: a macro returns one string of SQL",
+        "models/nul.sql:4: model `s.nul`: macro `@nul` (macros/m.lua:5) returned SQL holding a NUL byte (`\\0`, at byte 1 of `1\\0`): no engine reads it",
+        "macros/extra.lua:1: runtime error: `define_macro` takes a name and a function, e.g. `define_macro(\"cents_to_dollars\", function(column) … end)`, got 3 arguments",
+    ] {
+        assert!(said.contains(expected), "`{expected}` in:\n{said}");
+    }
+    assert!(!said.contains('\0'), "{said}");
+    // A megabyte of SQL: each error quoting a name from it quotes a bounded excerpt and its length.
+    for f in ["macros/extra.lua", "models/boom.sql", "models/two.sql", "models/nul.sql"] {
+        p.remove(f);
+    }
+    p.write("macros/m.lua", "define_macro(\"big\", function(x) return x .. \" + \" .. (\"x\"):rep(1024 * 1024) end)\n");
+    p.write("models/big.sql", "-- name: s.big\n-- kind: full\n-- schema: v integer\nSELECT @big(1) AS v\n");
+    for args in [&["check"][..], &["apply", "dev", "--yes"]] {
+        let run = p.run(args);
+        run.expect_code(1);
+        let said = format!("{}{}", run.stdout, run.stderr);
+        assert!(said.len() < 64 * 1024, "{args:?}: {} bytes said", said.len());
+        assert!(said.contains("models/big.sql") && said.contains("bytes)") && !said.contains(&"x".repeat(2000)), "{args:?}: {said}");
     }
 }
 

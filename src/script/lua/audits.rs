@@ -65,6 +65,9 @@ fn location_of(lua: &Lua, st: &Rc<RefCell<State>>) -> Location {
 pub(super) fn install(lua: &Lua, proto: &Table, st: &Rc<RefCell<State>>) -> mlua::Result<()> {
     let state = st.clone();
     let define = lua.create_function(move |lua, spec: Value| {
+        if let Some(e) = super::refused_in_macro(lua, &state, "define_audit") {
+            return Err(e);
+        }
         {
             let mut s = state.borrow_mut();
             if let Some(file) = s.stack.last().cloned() {

@@ -40,6 +40,9 @@ pub(super) fn register(engine: &mut Engine, state: &Rc<RefCell<State>>) {
 
     let st = state.clone();
     engine.register_raw_fn("define_audit", [TypeId::of::<Dynamic>()], move |ctx, args| {
+        if let Some(e) = super::refused_in_macro(&st, "define_audit") {
+            return Err(e);
+        }
         let location = call_site(&ctx);
         let spec = std::mem::take(args[0]);
         st.borrow_mut().defines();
