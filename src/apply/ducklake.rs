@@ -590,7 +590,7 @@ pub(crate) fn table_of(physical: &str) -> Option<String> {
 ///
 /// # Errors
 /// [`ApplyError::Engine`] when the query fails.
-fn tables(engine: &mut dyn Engine) -> Result<std::collections::HashSet<String>, ApplyError> {
+pub(crate) fn tables(engine: &mut dyn Engine) -> Result<std::collections::HashSet<String>, ApplyError> {
     let rows = engine.query(&format!(
         "SELECT table_name FROM information_schema.tables WHERE table_catalog = {} AND table_schema = {}",
         quote_literal(DUCKLAKE_ALIAS),

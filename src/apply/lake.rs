@@ -57,6 +57,11 @@
 //! view binds every file it lists, so a backfill of many small batches publishes it for a group
 //! of batches at a time (see [`build`]): when the batches since the last publish took nine times
 //! as long as it did, and after the last batch or a failed one.
+//!
+//! Files hold each column cast to its declared type. A value the cast would change (rounded, cut,
+//! a time column's value moved past its interval's end) is refused before anything is written,
+//! as the table target refuses a value its stored type would change
+//! (`check_declared_types_hold`).
 
 use super::resolve::{ExecResolver, typed_empty};
 use super::{ApplyError, ApplyReport};
@@ -254,10 +259,14 @@ pub fn build(
     let physical = action.physical.clone().unwrap_or_default();
     let dir = version_dir(project, model, &physical)?;
     let body = model.body.as_ref().expect("materialised models have a body");
-    // Each column cast to its declared type, as a table target's insert does: the file holds
-    // the declared types (a `sum()` declared `bigint` is not written as a wider type).
+    // Each column cast to its declared type, as a table target's insert into a table storing
+    // another type does: the file holds the declared types (a `sum()` declared `bigint` is not
+    // written as a wider type). A value the cast would change is refused first, as the table
+    // target refuses it ([`check_declared_types_hold`]).
     let cols: Vec<String> = model.schema.0.iter().map(|c| format!("CAST({q} AS {}) AS {q}", c.ty, q = quote_ident(&c.name))).collect();
     let cols = cols.join(", ");
+    let batches = model.kind.time_range().map(|t| interval::batches(&action.backfill, t.grain, t.batch_size));
+    check_declared_types_hold(model, body, batches.as_deref(), exec, engine)?;
     make_dir(model, &dir, None)?;
     match &model.kind {
         Kind::IncrementalByTimeRange(t) => {
@@ -269,7 +278,7 @@ pub fn build(
             let mut publish_cost = relisted.elapsed();
             state.put_snapshot(snapshot)?;
             let tc = quote_ident(&t.time_column);
-            let batches = interval::batches(&action.backfill, t.grain, t.batch_size);
+            let batches = batches.unwrap_or_default();
             let n = batches.len();
             // Intervals whose files are written but not yet listed by the view, hence not done.
             let mut pending: Vec<Interval> = Vec::new();
@@ -325,6 +334,50 @@ pub fn build(
         }
     }
     Ok(())
+}
+
+/// Refuses, before anything is written, a column the query returns in another type than the
+/// model declares (the type its files store: each column is cast to it) when the cast would
+/// change a value written — round or cut it (`0.5` declared `integer` is served as `0`), or move
+/// a time column's value past its interval's end (`23:59:59.6` declared `timestamp_s` becomes the
+/// next midnight: the batch filters the value the query returns, each interval's file is cut by
+/// the cast one, so the row would be served in the next interval's file, or in none, the
+/// intervals marked done all the same). The table target refuses a value its stored type would
+/// change the same way ([`super::check_batches_fit`]). `batches`: a time-range model's, checked
+/// each on its own rows (none: nothing to check); `None` for a `full` model, checked whole. One
+/// description of the query and of the declared types; then one query per batch and such column,
+/// only when there is such a column.
+///
+/// # Errors
+/// [`ApplyError::Rejected`] naming the column, both types, the batch and an example; a query
+/// fails.
+fn check_declared_types_hold(
+    model: &Model,
+    body: &crate::core::Fragment,
+    batches: Option<&[Interval]>,
+    exec: &ExecResolver<'_>,
+    engine: &mut dyn Engine,
+) -> Result<(), ApplyError> {
+    let first = match batches {
+        Some([]) => return Ok(()),
+        Some(b) => b.first().copied(),
+        None => None,
+    };
+    let sql = body.render(&exec.with_bounds(first));
+    let declared = format!("SELECT * FROM {}", typed_empty(model));
+    // The declared types as the engine names them (`int` is `INTEGER`), as it names the query's.
+    let mut described = engine.describe_many(&[sql.clone(), declared]).into_iter();
+    let (Some(returned), Some(declared)) = (described.next(), described.next()) else { return Ok(()) };
+    let returned = returned.map_err(|e| ApplyError::build(model, first, e))?;
+    let declared = declared.map_err(|e| ApplyError::build(model, first, e))?;
+    let lossy = super::contract::lossy_columns(&returned, &declared);
+    if lossy.is_empty() {
+        return Ok(());
+    }
+    match (model.kind.time_range(), batches) {
+        (Some(t), Some(batches)) => super::check_batches_fit(model, t, body, batches, exec, &lossy, super::Holder::Lake, engine),
+        _ => super::check_rows_fit(model, &sql, &lossy, super::Holder::Lake, engine),
+    }
 }
 
 /// Publishes the view over `listed` (the files of every batch written so far) and marks the

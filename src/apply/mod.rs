@@ -2325,25 +2325,37 @@ struct Builder<'a, 'p> {
 
 /// Time-range models of `work` writing into a table that exists before their batches (it held
 /// rows before this apply; or a model reading itself, whose table is created from the declared
-/// types): by model, the types the table stores. One description of the existing tables; a table
-/// a batch creates from the query has the query's types.
+/// types): by model, the types the table stores. The engine's tables and DuckLake's (one query of
+/// the DuckLake catalog says which exist, only when a DuckLake time-range model has batches to
+/// write); not the parquet lake's files, which hold the declared types ([`lake::build`] checks
+/// them). One description of the existing tables; a table a batch creates from the query has the
+/// query's types.
 ///
 /// # Errors
-/// An existing table cannot be described.
+/// An existing table cannot be described, or the DuckLake catalog's tables cannot be listed.
 fn stored_time_range_columns(
     project: &Project,
     work: &[&crate::plan::Action],
     catalog: &crate::engine::Catalog,
     engine: &mut dyn Engine,
 ) -> Result<BTreeMap<ModelName, Vec<crate::engine::DescribedColumn>>, ApplyError> {
+    use crate::core::Target;
     let mut out = BTreeMap::new();
     let mut existing: Vec<(&ModelName, String)> = Vec::new();
-    for a in work.iter().filter(|a| !a.backfill.is_empty()) {
-        let (Some(model), Some(physical)) = (project.dag.get(&a.name), a.physical.as_deref()) else { continue };
-        if model.kind.time_range().is_none() || model.target != crate::core::Target::Table {
-            continue;
-        }
-        if !batch::table_absent(physical, catalog) && !physical_missing(a) {
+    let writing: Vec<(&crate::plan::Action, &crate::core::Model, &str)> = work
+        .iter()
+        .filter(|a| !a.backfill.is_empty())
+        .filter_map(|a| Some((*a, project.dag.get(&a.name)?, a.physical.as_deref()?)))
+        .filter(|(_, model, _)| model.kind.time_range().is_some() && model.target != Target::Parquet)
+        .collect();
+    // The DuckLake catalog's tables (the engine's catalog does not hold them), lowercased.
+    let held = if writing.iter().any(|(_, model, _)| model.target == Target::DuckLake) { ducklake::tables(engine)? } else { Default::default() };
+    for (a, model, physical) in writing {
+        let exists = match model.target {
+            Target::DuckLake => ducklake::table_of(physical).is_some_and(|t| held.contains(&t.to_lowercase())),
+            _ => !batch::table_absent(physical, catalog) && !physical_missing(a),
+        };
+        if exists {
             existing.push((&a.name, format!("SELECT * FROM {physical}")));
         } else if model.body.as_ref().is_some_and(crate::core::Fragment::reads_itself) {
             // Created empty from the declared schema ([`batch::ensure_table`]).
@@ -2360,13 +2372,27 @@ fn stored_time_range_columns(
     Ok(out)
 }
 
+/// What a write keeps a model's rows in, for the refusals of a value the stored type would change
+/// ([`check_batches_fit`], [`check_rows_fit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Holder {
+    /// A table (the engine's or DuckLake's), created with the query's types: the query returns
+    /// another type since (a source widened).
+    Table,
+    /// The parquet lake's files, which hold each column cast to its declared type
+    /// ([`lake::build`]).
+    Lake,
+}
+
 /// Before a time-range model's batches are written: refuses when one of `columns` (returned in
-/// another type than its table stores) has a value in some batch that the stored type would
-/// change (rounded, cut): written, the table would serve other values than the query returns.
-/// One query per batch, only for such models.
+/// another type than `holder` stores) has a value in some batch that the stored type would
+/// change (rounded, cut; a time column's value moved, its row then kept in another interval or
+/// in none): written, the table or lake would serve other values than the query returns. One
+/// query per batch, only for such models.
 ///
 /// # Errors
 /// [`ApplyError::Rejected`] naming the column, the types, the batch and an example; a query fails.
+#[allow(clippy::too_many_arguments)] // the batches' own state, from the table's and the lake's builds
 fn check_batches_fit(
     model: &crate::core::Model,
     t: &crate::core::TimeRange,
@@ -2374,6 +2400,7 @@ fn check_batches_fit(
     batches: &[Interval],
     exec: &ExecResolver<'_>,
     columns: &[contract::LossyColumn],
+    holder: Holder,
     engine: &mut dyn Engine,
 ) -> Result<(), ApplyError> {
     let tc = quote_ident(&t.time_column);
@@ -2384,18 +2411,9 @@ fn check_batches_fit(
         let range = format!(" in [{}, {})", interval::to_iso(b.start), interval::to_iso(b.end));
         for lossy in columns {
             let found = contract::changed_values(engine, &rows, &in_batch, lossy).map_err(|err| unfit(model, lossy, &range, Some(b), err))?;
-            let Some((n, example)) = found else { continue };
-            let (column, returned, stored) = lossy;
-            return Err(ApplyError::Rejected {
-                model: model.name.clone(),
-                location: model.location.clone(),
-                message: format!(
-                    "column `{column}`: the query returns `{returned}` but the table stores `{stored}`, which would change {n} of its values in [{}, {}){example}: the table would serve other values than the query's; no batch of this model was written\n  \
-                     hint: cast the column in the query to `{stored}`, or declare the type the query returns (`{returned}`) and give the model a new version (a changed query builds a new table)",
-                    interval::to_iso(b.start),
-                    interval::to_iso(b.end)
-                ),
-            });
+            if let Some((n, example)) = found {
+                return Err(changed_error(model, holder, lossy, &n, &example, Some(b)));
+            }
         }
     }
     Ok(())
@@ -2412,21 +2430,53 @@ fn check_refill_fits(model: &crate::core::Model, physical: &str, sql: &str, engi
     let build_err = |e| ApplyError::build(model, None, e);
     let stored = engine.describe(&format!("SELECT * FROM {physical}")).map_err(build_err)?;
     let returned = engine.describe(sql).map_err(build_err)?;
+    check_rows_fit(model, sql, &contract::lossy_columns(&returned, &stored), Holder::Table, engine)
+}
+
+/// Before the rows of `sql` (a whole relation: a `full` model's) are written: refuses when one of
+/// `columns` (returned in another type than `holder` stores) has a value the stored type would
+/// change. One query per such column.
+///
+/// # Errors
+/// [`ApplyError::Rejected`] naming the column, the types and an example; a query fails.
+fn check_rows_fit(model: &crate::core::Model, sql: &str, columns: &[contract::LossyColumn], holder: Holder, engine: &mut dyn Engine) -> Result<(), ApplyError> {
     let rows = format!("(\n{sql}\n) AS _efmesh_q");
-    for lossy in contract::lossy_columns(&returned, &stored) {
-        let found = contract::changed_values(engine, &rows, "TRUE", &lossy).map_err(|e| unfit(model, &lossy, "", None, e))?;
-        let Some((n, example)) = found else { continue };
-        let (column, returned, stored) = &lossy;
-        return Err(ApplyError::Rejected {
-            model: model.name.clone(),
-            location: model.location.clone(),
-            message: format!(
-                "column `{column}`: the query returns `{returned}` but the table stores `{stored}`, which would change {n} of its values{example}: the table would serve other values than the query's; nothing was written\n  \
-                 hint: cast the column in the query to `{stored}`, or give the model a new version (a changed query builds a new table with the query's types)"
-            ),
-        });
+    for lossy in columns {
+        let found = contract::changed_values(engine, &rows, "TRUE", lossy).map_err(|e| unfit(model, lossy, "", None, e))?;
+        if let Some((n, example)) = found {
+            return Err(changed_error(model, holder, lossy, &n, &example, None));
+        }
     }
     Ok(())
+}
+
+/// The refusal of a write whose stored type (`holder`'s) would change `n` of the values the query
+/// returns in `lossy`'s column (`example`: `" (e.g. 2.3456 → 2.35)"`), in `batch` for a
+/// time-range model's, else in the whole relation.
+fn changed_error(model: &crate::core::Model, holder: Holder, lossy: &contract::LossyColumn, n: &str, example: &str, batch: Option<Interval>) -> ApplyError {
+    let (column, returned, stored) = lossy;
+    let range = batch.map(|b| format!(" in [{}, {})", interval::to_iso(b.start), interval::to_iso(b.end))).unwrap_or_default();
+    let written = if batch.is_some() { "no batch of this model was written" } else { "nothing was written" };
+    let message = match (holder, batch) {
+        (Holder::Table, Some(_)) => format!(
+            "column `{column}`: the query returns `{returned}` but the table stores `{stored}`, which would change {n} of its values{range}{example}: the table would serve other values than the query's; {written}\n  \
+             hint: cast the column in the query to `{stored}`, or declare the type the query returns (`{returned}`) and give the model a new version (a changed query builds a new table)"
+        ),
+        (Holder::Table, None) => format!(
+            "column `{column}`: the query returns `{returned}` but the table stores `{stored}`, which would change {n} of its values{example}: the table would serve other values than the query's; {written}\n  \
+             hint: cast the column in the query to `{stored}`, or give the model a new version (a changed query builds a new table with the query's types)"
+        ),
+        (Holder::Lake, _) => {
+            // A time column's value moved by the cast leaves the interval whose file it was cut for.
+            let time = batch.is_some() && model.kind.time_range().is_some_and(|t| t.time_column.eq_ignore_ascii_case(column));
+            let moved = if time { " (a time value moved past its interval's end puts its row in the next interval's file, or in none)" } else { "" };
+            format!(
+                "column `{column}`: the query returns `{returned}` but the model declares `{stored}`, the type its lake files store, which would change {n} of its values{range}{example}: the lake would serve other values than the query's{moved}; {written}\n  \
+                 hint: cast the column in the query to `{stored}` (rounding or cutting its values as they should be), or declare the type the query returns (`{returned}`)"
+            )
+        }
+    };
+    ApplyError::Rejected { model: model.name.clone(), location: model.location.clone(), message }
 }
 
 /// A value check ([`contract::changed_values`]) that failed: when the engine refused a
@@ -2656,7 +2706,7 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                     let returned = engine.describe(&body.render(&exec.with_bounds(Some(first)))).map_err(|e| build_err(e, None))?;
                     let lossy = contract::lossy_columns(&returned, stored);
                     if !lossy.is_empty() {
-                        check_batches_fit(model, t, body, &batches, exec, &lossy, engine)?;
+                        check_batches_fit(model, t, body, &batches, exec, &lossy, Holder::Table, engine)?;
                     }
                 }
                 let before = pass_start(state, model, &snapshot.fingerprint)?;

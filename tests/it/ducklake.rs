@@ -174,6 +174,53 @@ fn a_ducklake_table_dropped_by_hand_is_never_recreated_holding_only_new_interval
     p.run(&["status", "prod", "--check"]).expect_code(0);
 }
 
+/// A DuckLake time-range table stores the types its query returned when it was created; the
+/// source widened since (four decimals): the new day's 2.3456 was stored as 2.35 silently, the
+/// check the engine's tables get (`apply::check_batches_fit`) being skipped for DuckLake's. Refused
+/// now before the model writes, as for an engine table; values the stored type holds go in.
+#[test]
+fn a_value_a_ducklake_tables_narrower_column_would_round_is_refused_before_the_model_writes() {
+    let mut p = Project::new();
+    p.now = "2026-01-02T01:00:00Z".into();
+    p.write("efmesh.toml", &format!("{CONFIG}\n{DL_CONFIG}"));
+    p.execute_on_engine("CREATE SCHEMA land; CREATE TABLE land.sales (ts TIMESTAMP, amount DECIMAL(10,2))");
+    p.execute_on_engine("INSERT INTO land.sales VALUES (TIMESTAMP '2026-01-01 10:00', 1.25)");
+    p.write(
+        "models/m.lua",
+        r#"define_model { name = "raw.sales", kind = kind.external { table = "land.sales" }, schema = { { "ts", "timestamp" }, { "amount", "decimal(10,2)" } } }
+define_model {
+  name = "t.daily", kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01" }, target = "ducklake",
+  schema = { { "day", "timestamp" }, { "amount", "decimal(38,4)" } },
+  query = "SELECT CAST(date_trunc('day', ts) AS TIMESTAMP) AS day, sum(amount) AS amount FROM " .. ref("raw.sales") .. " WHERE ts >= @start AND ts < @end GROUP BY 1",
+}
+"#,
+    );
+    p.apply("prod");
+    p.execute_on_engine("ALTER TABLE land.sales ALTER COLUMN amount SET DATA TYPE DECIMAL(18,4)");
+    p.execute_on_engine("INSERT INTO land.sales VALUES (TIMESTAMP '2026-01-02 10:00', 2.3456)");
+    p.now = "2026-01-03T01:00:00Z".into();
+    let before = rows(&p, &env_view("prod", "t.daily"));
+    assert_eq!(before, vec![vec![Some("2026-01-01 00:00:00".to_string()), Some("1.25".to_string())]]);
+    let run = p.run(&["run", "prod"]);
+    run.expect_code(1);
+    assert!(
+        run.stderr.contains("models/m.lua:2")
+            && run.stderr.contains(
+                "column `amount`: the query returns `DECIMAL(38,4)` but the table stores `DECIMAL(38,2)`, which would change 1 of its values in [2026-01-02"
+            )
+            && run.stderr.contains("2.3456 → 2.35"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(rows(&p, &env_view("prod", "t.daily")), before, "nothing written");
+    let fp = p.state_summary().pointers["prod"]["t.daily"].clone();
+    assert_eq!(p.state().done_intervals("t.daily", &fp).unwrap().len(), 1, "2026-01-02 is not done");
+    // Values the stored type holds as they are go in, the types still differing.
+    p.execute_on_engine("UPDATE land.sales SET amount = 2.34 WHERE amount = 2.3456");
+    p.run(&["run", "prod"]).expect_code(0);
+    assert_eq!(rows(&p, &env_view("prod", "t.daily")).last().and_then(|r| r[1].clone()).as_deref(), Some("2.34"));
+}
+
 /// `status --check` with an unapplied edit checks the DuckLake table of the version the
 /// environment serves, not only the project's version (which the plan and `lost_served` check):
 /// the served table dropped by hand makes it unhealthy, naming the model and the table.

@@ -886,6 +886,137 @@ fn parquet_columns_hold_their_declared_types_and_hugeint_is_refused() {
     );
 }
 
+/// Events of [`declared_types_project`]: the second 0.4 s before midnight, which `timestamp_s`
+/// rounds to the next day's midnight.
+const LATE_EVENTS: &str = "ts,v\n2026-01-01 10:00:00,1\n2026-01-01 23:59:59.6,2\n2026-01-02 12:00:00,3\n";
+
+/// A project whose parquet model `m.lk` (models/m.lua:2) declares the columns `schema` over
+/// `SELECT ts AS t, <v> AS v` of [`LATE_EVENTS`] (`ts` a `TIMESTAMP`), `kind` its kind's
+/// options; two complete days, [2026-01-01, 2026-01-03).
+fn declared_types_project(kind: &str, schema: &str, v: &str) -> Project {
+    let mut p = Project::new();
+    p.now = "2026-01-03T00:00:00Z".into();
+    p.write("efmesh.toml", &config("[lake]\npath = \"lake\"\n"));
+    p.write("data/ev.csv", LATE_EVENTS);
+    p.write(
+        "models/m.lua",
+        &format!(
+            r#"local ev = define_model {{ name = "raw.ev", kind = kind.external {{ path = "data/ev.csv" }}, schema = {{ {{ "ts", "timestamp" }}, {{ "v", "bigint" }} }} }}
+define_model {{
+  name = "m.lk", kind = {kind}, target = "parquet",
+  schema = {{ {schema} }},
+  query = "SELECT ts AS t, {v} AS v FROM " .. ref(ev) .. " WHERE ts >= @start AND ts < @end",
+}}
+"#
+        ),
+    );
+    p
+}
+
+/// A time-range kind over `t`, daily, `batch` intervals per batch.
+fn daily_on_t(batch: u32) -> String {
+    format!(r#"kind.incremental_by_time_range {{ time_column = "t", start = "2026-01-01", grain = "day", batch_size = {batch} }}"#)
+}
+
+/// A failed apply of [`declared_types_project`] wrote nothing: no interval done, no version
+/// directory in the lake, no environment.
+#[track_caller]
+fn nothing_written(p: &Project, what: &str) {
+    let state = p.state_summary();
+    assert!(state.intervals.iter().all(|((name, _), done)| name != "m.lk" || done.is_empty()), "{what}: {:?}", state.intervals);
+    assert!(!p.root().join("lake/m__lk").exists(), "{what}: the lake holds a directory of `m.lk`");
+    assert!(!state.pointers.contains_key("prod"), "{what}: a failed apply must not promote");
+}
+
+/// The query returns the time column as `TIMESTAMP`, the model declares `timestamp_s`: the
+/// batch kept the row of 23:59:59.6 by the value the query returns (in 2026-01-01), each day's
+/// file was cut by the cast one (2026-01-02 00:00:00). With one day per batch the row was in no
+/// file, with two it was served on 2026-01-02 (and a restate of that day lost it), both days
+/// done either way. Refused now before anything is written, as the table target refuses a
+/// value its stored type would change; declared as the query returns it, the row stays on its
+/// day.
+#[test]
+fn a_time_value_the_declared_type_would_move_past_its_interval_is_refused_before_the_lake_is_written() {
+    for batch in [1, 2] {
+        let p = declared_types_project(&daily_on_t(batch), r#"{ "t", "timestamp_s" }, { "v", "bigint" }"#, "v");
+        let r = p.run(&["apply", "prod", "--yes"]);
+        r.expect_code(1);
+        assert!(
+            r.stderr.contains("models/m.lua:2")
+                && r.stderr.contains("model `m.lk`")
+                && r.stderr.contains(
+                    "column `t`: the query returns `TIMESTAMP` but the model declares `TIMESTAMP_S`, the type its lake files store, which would change 1 of its values in [2026-01-01T00:00:00.000Z, "
+                )
+                && r.stderr.contains("(e.g. 2026-01-01 23:59:59.6 → 2026-01-02 00:00:00)")
+                && r.stderr.contains("puts its row in the next interval's file, or in none")
+                && r.stderr.contains("no batch of this model was written"),
+            "batch_size {batch}: {}",
+            r.stderr
+        );
+        nothing_written(&p, &format!("batch_size {batch}"));
+    }
+    // Declared as the query returns it: every row in the file of the day it falls on.
+    let p = declared_types_project(&daily_on_t(1), r#"{ "t", "timestamp" }, { "v", "bigint" }"#, "v");
+    let v = p.apply("prod");
+    assert_eq!(v["intervals"], Value::from(2));
+    let served = p.query(&format!("SELECT CAST(t AS VARCHAR), CAST(v AS VARCHAR) FROM {} ORDER BY v", env_view("prod", "m.lk")));
+    let served: Vec<(String, String)> = served.into_iter().map(|r| (r[0].clone().unwrap(), r[1].clone().unwrap())).collect();
+    assert_eq!(
+        served,
+        vec![("2026-01-01 10:00:00".into(), "1".into()), ("2026-01-01 23:59:59.6".into(), "2".into()), ("2026-01-02 12:00:00".into(), "3".into())]
+    );
+    let first_day = version_dir(&p, "lake", &v, "m.lk").join("2026-01-01.parquet");
+    let in_file = p.query(&format!("SELECT CAST(v AS VARCHAR) FROM read_parquet('{}') ORDER BY v", first_day.display()));
+    assert_eq!(in_file, vec![vec![Some("1".to_string())], vec![Some("2".to_string())]], "the late row is in its own day's file");
+}
+
+/// A column declared `integer` over a query returning `DOUBLE` halves: the files stored 0.5 as
+/// 0 and 1.5 as 2, served silently (a table storing `INTEGER` refuses them). Refused now, for a
+/// time-range model (in the batch holding such a value) and a `full` one, before anything is
+/// written; values the declared type holds go in, the types still differing.
+#[test]
+fn a_value_the_declared_type_would_round_is_refused_before_the_lake_is_written() {
+    let schema = r#"{ "t", "timestamp" }, { "v", "integer" }"#;
+    let p = declared_types_project(&daily_on_t(1), schema, "CAST(v AS DOUBLE) / 2");
+    let r = p.run(&["apply", "prod", "--yes"]);
+    r.expect_code(1);
+    assert!(
+        r.stderr.contains("models/m.lua:2")
+            && r.stderr.contains(
+                "column `v`: the query returns `DOUBLE` but the model declares `INTEGER`, the type its lake files store, which would change 1 of its values in [2026-01-01T00:00:00.000Z, 2026-01-02T00:00:00.000Z) (e.g. 0.5 → 0)"
+            )
+            && r.stderr.contains("no batch of this model was written")
+            && r.stderr.contains("hint: cast the column in the query to `INTEGER`"),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("next interval's file"), "not the time column: {}", r.stderr);
+    nothing_written(&p, "time range");
+
+    // A `full` model: the whole relation (0.5 and 1.5).
+    let p = declared_types_project("kind.full()", schema, "CAST(v AS DOUBLE) / 2");
+    p.write("models/m.lua", &p.read("models/m.lua").replace(" WHERE ts >= @start AND ts < @end", ""));
+    let r = p.run(&["apply", "prod", "--yes"]);
+    r.expect_code(1);
+    assert!(
+        r.stderr.contains("models/m.lua:2")
+            && r.stderr.contains(
+                "column `v`: the query returns `DOUBLE` but the model declares `INTEGER`, the type its lake files store, which would change 2 of its values (e.g. "
+            )
+            && r.stderr.contains("nothing was written"),
+        "{}",
+        r.stderr
+    );
+    nothing_written(&p, "full");
+
+    // Values an `INTEGER` holds as they are go in.
+    p.write("models/m.lua", &p.read("models/m.lua").replace("CAST(v AS DOUBLE) / 2", "CAST(v AS DOUBLE) * 2"));
+    p.apply("prod");
+    assert_eq!(described(&p, &env_view("prod", "m.lk")), vec![("t".to_string(), "TIMESTAMP".to_string()), ("v".to_string(), "INTEGER".to_string())]);
+    let served = p.query(&format!("SELECT CAST(v AS VARCHAR) FROM {} ORDER BY v", env_view("prod", "m.lk")));
+    assert_eq!(served, vec![vec![Some("2".to_string())], vec![Some("4".to_string())], vec![Some("6".to_string())]]);
+}
+
 /// A parquet model whose lake directory `<schema>__<table>` is longer than a file system keeps
 /// (255 bytes) passed `check` and `plan`, and the first apply failed creating the directory with
 /// the OS's raw "File name too long": now `check` and `plan` refuse it at its file:line, naming

@@ -413,6 +413,35 @@ fn a_time_zone_set_by_a_pre_statement_moves_no_interval_bound() {
 }
 
 #[test]
+fn a_local_day_time_column_filtered_in_the_sessions_zone_holds_whole_local_days() {
+    // docs/models.md's recipe for local calendar days: the time column is `CAST(ts AS DATE)` in
+    // the session's zone, and the query filters `ts` with the plain bounds, which a session in
+    // New York reads as local midnights. (Filtered `AT TIME ZONE 'UTC'`, each batch kept 19 of
+    // its last local day's 24 hours, the other 5 dropped by both batches' output filters.)
+    let mut p = Project::new();
+    p.write("efmesh.toml", &crate::common::CONFIG.replace("models/**/*.lua", "models/**/*.sql"));
+    // One row an hour, 2026-01-01 00:00 to 2026-01-05 04:00 UTC: New York's 2026-01-01 to
+    // 2026-01-04 complete.
+    p.execute_on_engine(
+        "CREATE SCHEMA land; CREATE TABLE land.ev AS SELECT CAST(range AS TIMESTAMPTZ) AS ts \
+         FROM range(TIMESTAMPTZ '2026-01-01 00:00:00+00', TIMESTAMPTZ '2026-01-05 05:00:00+00', INTERVAL 1 HOUR)",
+    );
+    p.write("models/raw.sql", "-- name: raw.ev\n-- kind: external(table = land.ev)\n-- schema: ts timestamptz\n");
+    p.write(
+        "models/daily.sql",
+        "-- name: s.local_daily\n-- kind: incremental_by_time_range(time_column = day, start = 2026-01-01, grain = day, batch_size = 2)\n\
+         -- schema: day date, n bigint\n-- refs: raw.ev\n\
+         SET TimeZone = 'America/New_York';\nSELECT CAST(ts AS DATE) AS day, count(*) AS n FROM @ref(raw.ev) WHERE ts >= @start AND ts < @end GROUP BY 1;\n\
+         SET TimeZone = 'UTC'\n",
+    );
+    p.now = "2026-01-05T06:00:00Z".into();
+    p.apply("prod");
+    let days = p.query("SELECT CAST(day AS VARCHAR), CAST(n AS VARCHAR) FROM s.local_daily ORDER BY day");
+    let want: Rows = ["2026-01-01", "2026-01-02", "2026-01-03", "2026-01-04"].iter().map(|d| vec![Some(d.to_string()), Some("24".to_string())]).collect();
+    assert_eq!(days, want, "every local day whole, the last of each batch included");
+}
+
+#[test]
 fn a_time_column_declared_with_a_zone_the_query_does_not_give_is_refused() {
     // Declared `timestamptz`, returned `timestamp` (or the other way round): the table keeps the
     // query's type, the bounds are written as declared, and the comparison converts one side in
