@@ -236,6 +236,19 @@ pub enum ApplyError {
         /// What failed.
         failure: audit::AuditError,
     },
+    /// In `run`: blocking audits of a version this environment serves from a table another
+    /// environment also serves and writes under other audits (its runs never ran these) found
+    /// violating rows in it ([`shared_table_audits`]). The rows are served; the run fails so
+    /// the breach is seen (SPEC §4 invariant 17).
+    #[error("{failure}\n  (`{model}`'s table is shared with {}, which write{} it under other audits: this environment serves the rows its audits refuse — fix the data (`efmesh restate` where it is written) or the audit, then run again)", .writers.iter().map(|w| format!("`{w}`")).collect::<Vec<_>>().join(", "), if .writers.len() == 1 { "s" } else { "" })]
+    SharedAudit {
+        /// The first failing audit's model.
+        model: ModelName,
+        /// The environments writing the shared table under other audits.
+        writers: Vec<String>,
+        /// What failed.
+        failure: audit::AuditError,
+    },
     /// The state store changed between the plan and the apply (another process applied or
     /// ran meanwhile): nothing was done.
     #[error("the state store changed since this plan of `{env}` was computed (another apply or run happened meanwhile); nothing was done\n  hint: plan again")]
@@ -341,6 +354,7 @@ impl ApplyError {
         match self {
             ApplyError::Audit { model, interval, failure } => ApplyError::Audit { model, interval, failure: failure.in_run() },
             ApplyError::RunAudit { model, written, failure } => ApplyError::RunAudit { model, written, failure: failure.in_run() },
+            ApplyError::SharedAudit { model, writers, failure } => ApplyError::SharedAudit { model, writers, failure: failure.in_run() },
             ApplyError::Several(all) | ApplyError::SeveralInRun(all) => ApplyError::SeveralInRun(all.into_iter().map(ApplyError::in_run).collect()),
             other => other,
         }
@@ -944,6 +958,10 @@ fn execute_recorded(
                         written: read.into_iter().collect(),
                         failure: audit::AuditError::Failed(failures),
                     });
+                }
+                let (failures, writers) = shared_table_audits(project, plan, state, engine, &exec, &mut report)?;
+                if let Some(first) = failures.first() {
+                    return Err(ApplyError::SharedAudit { model: first.model.clone(), writers, failure: audit::AuditError::Failed(failures) });
                 }
                 return Ok(report);
             }
@@ -1654,6 +1672,136 @@ fn ref_audits(
         run_whole_audits(engine, &model.name, &checks, &mut failures, report)?;
     }
     Ok(failures)
+}
+
+/// Every other environment's pointers and served metadata (model → JSON text of
+/// [`crate::plan::metadata_text`]), as [`sharing_under_other_audits`] reads them.
+pub type OthersServed = Vec<(String, BTreeMap<String, String>, BTreeMap<String, String>)>;
+
+/// [`OthersServed`] of every environment but `env`.
+///
+/// # Errors
+/// A state read fails.
+pub fn others_served(state: &dyn StateStore, env: &str) -> Result<OthersServed, StateError> {
+    let mut out = Vec::new();
+    for other in state.environments()?.into_iter().filter(|e| e != env) {
+        let (pointers, metadata) = (state.env_pointers(&other)?, state.env_metadata(&other)?);
+        out.push((other, pointers, metadata));
+    }
+    Ok(out)
+}
+
+/// Whether `model`'s audits are ones whose passes a table's data generation can track for it
+/// ([`sharing_under_other_audits`]): a `full`, seed or time-range model with audits, stored in
+/// an engine table.
+pub fn audits_shared_tables(model: &crate::core::Model) -> bool {
+    !model.audits.is_empty()
+        && model.target == crate::core::Target::Table
+        && matches!(model.kind, crate::core::Kind::Full | crate::core::Kind::Seed(_) | crate::core::Kind::IncrementalByTimeRange(_))
+}
+
+/// The environments in `others` serving a version of `model` on the table `physical` under
+/// audits lacking one of `model`'s: an added audit only refuses more (SPEC §4 invariant 17), so
+/// such an environment (`prod`, as a rule) writes the table under its own audits, and the rows it
+/// writes are served here without these having seen them.
+pub fn sharing_under_other_audits<'a>(
+    model: &crate::core::Model,
+    physical: &str,
+    index: &crate::state::SnapshotIndex,
+    others: &'a OthersServed,
+) -> Vec<&'a String> {
+    let name = model.name.to_string();
+    let ours: Vec<serde_json::Value> = model.audits.iter().map(crate::core::audit::Audit::metadata).collect();
+    others
+        .iter()
+        .filter(|(_, pointers, metadata)| {
+            pointers.get(&name).and_then(|fp| index.get(&(name.clone(), fp.clone()))).is_some_and(|(p, _)| p == physical) && {
+                let theirs = metadata.get(&name).and_then(|t| serde_json::from_str::<serde_json::Value>(t).ok()).unwrap_or_default();
+                let theirs = theirs["audits"].as_array().cloned().unwrap_or_default();
+                ours.iter().any(|a| !theirs.contains(a))
+            }
+        })
+        .map(|(env, _, _)| env)
+        .collect()
+}
+
+/// Whether a pass of `model`'s audits over its whole relation is recorded at the current data
+/// generation of its version `fp` (SPEC §4 invariant 44), with that generation; `None` when no
+/// pass of them can be recorded ([`audit::pass_is_provable`]).
+///
+/// # Errors
+/// A state read fails.
+pub fn passed_on_current_data(state: &dyn StateStore, model: &crate::core::Model, fp: &str) -> Result<Option<(bool, i64)>, StateError> {
+    if !audit::pass_is_provable(model) {
+        return Ok(None);
+    }
+    let name = model.name.to_string();
+    let digest = audit::pass_digest(model, model.kind.time_range().map(|_| crate::core::audit::AuditScope::Whole));
+    let g = data_generation(state, &name, fp)?;
+    Ok(Some((state.audit_pass(&name, fp)?.is_some_and(|p| p.digest == digest && p.generation == g), g)))
+}
+
+/// In `run`: the audits of each version `plan.env` serves from a table another environment also
+/// serves and writes under other audits ([`sharing_under_other_audits`]), over the whole table,
+/// unless they passed on its current data ([`passed_on_current_data`]); rows that environment
+/// wrote would otherwise be served here unaudited while `plan` says nothing changed. A pass is
+/// recorded as the promotion's are. Returns the failed results (added to `report`) and the
+/// environments writing those tables.
+fn shared_table_audits(
+    project: &Project,
+    plan: &Plan,
+    state: &dyn StateStore,
+    engine: &mut dyn Engine,
+    exec: &ExecResolver,
+    report: &mut ApplyReport,
+) -> Result<(Vec<audit::AuditResult>, Vec<String>), ApplyError> {
+    use crate::core::Resolver;
+    let audited: Vec<(&crate::core::Model, &crate::plan::Action)> = plan
+        .actions
+        .iter()
+        .filter(|a| a.change != Change::Removed)
+        .filter_map(|a| project.dag.get(&a.name).map(|m| (m, a)))
+        .filter(|(m, _)| audits_shared_tables(m))
+        .collect();
+    let (mut failures, mut writers) = (Vec::new(), BTreeSet::new());
+    let others = if audited.is_empty() { Vec::new() } else { others_served(state, &plan.env)? };
+    if others.is_empty() {
+        return Ok((failures, Vec::new()));
+    }
+    let index = state.snapshot_index()?;
+    for (model, action) in audited {
+        let (name, fp) = (model.name.to_string(), action.fingerprint.as_str());
+        let Some((physical, _)) = index.get(&(name.clone(), fp.to_string())) else { continue };
+        let sharing = sharing_under_other_audits(model, physical, &index, &others);
+        if sharing.is_empty() {
+            continue;
+        }
+        let passed_before = passed_on_current_data(state, model, fp)?;
+        if passed_before.is_some_and(|(passed, _)| passed) {
+            continue;
+        }
+        let names = sharing.iter().map(|e| format!("`{e}`")).collect::<Vec<_>>().join(", ");
+        let s = if sharing.len() == 1 { "s" } else { "" };
+        tracing::info!(model = %model.name, "its audits run over the whole table: {names} serve{s} it too and write{s} it under other audits");
+        let results = audit::run(engine, &model.name, &audit::checks(model, None, &exec.relation(&model.name), exec), None)
+            .map_err(|failure| ApplyError::Audit { model: model.name.clone(), interval: None, failure })?;
+        audit::log_warnings(&results);
+        let clean = audit::clean(&results);
+        if results.iter().any(audit::AuditResult::failed) {
+            writers.extend(sharing.into_iter().cloned());
+        }
+        failures.extend(results.iter().filter(|r| r.failed()).cloned());
+        report.audits.supersede(results);
+        // Recorded only when the generation did not move while they ran.
+        if let Some((_, g)) = passed_before
+            && clean
+            && data_generation(state, &name, fp)? == g
+        {
+            let digest = audit::pass_digest(model, model.kind.time_range().map(|_| crate::core::audit::AuditScope::Whole));
+            state.record_audit_pass(&name, fp, &crate::state::AuditPass { digest, generation: g }, interval::now_millis())?;
+        }
+    }
+    Ok((failures, writers.into_iter().collect()))
 }
 
 /// The data generation of `(name, fp)` (0 when it has none yet).

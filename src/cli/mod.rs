@@ -110,7 +110,11 @@ fn apply_error_kind(a: &crate::apply::ApplyError) -> &'static str {
         ApplyError::Rejected { .. } => "rejected",
         ApplyError::Target { .. } => "target",
         ApplyError::EngineFeature { .. } => "engine-feature",
-        ApplyError::Audit { .. } | ApplyError::RunAudit { .. } | ApplyError::SourceAudit { .. } | ApplyError::ReadAudit { .. } => "audit",
+        ApplyError::Audit { .. }
+        | ApplyError::RunAudit { .. }
+        | ApplyError::SharedAudit { .. }
+        | ApplyError::SourceAudit { .. }
+        | ApplyError::ReadAudit { .. } => "audit",
         ApplyError::StalePlan { .. } => "stale-plan",
         ApplyError::EngineBehind(_) => "engine-behind",
         ApplyError::LockLostAfterSwap(_) | ApplyError::PromotionUnsettled(_) => "state",

@@ -533,6 +533,37 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             Err(e) => tracing::warn!("cannot read the DuckLake catalog's epoch stamp, so `--check` does not verify it: {e}"),
         }
     }
+    // Versions served from a table another environment writes under audits lacking one of this
+    // environment's (an added audit only refuses more, SPEC §4 invariant 17): the rows it wrote
+    // since this environment's audits last passed are served unaudited here; `run` audits them
+    // (`apply::shared_table_audits`). Judged only where the project's model is the one served.
+    let mut unaudited: Vec<(String, Vec<String>)> = Vec::new();
+    let shared: Vec<(&crate::core::Model, &String)> = pointers
+        .iter()
+        .filter_map(|(n, fp)| {
+            let m = project.dag.get(&ModelName::parse(n).ok()?)?;
+            (crate::apply::audits_shared_tables(m) && served_metadata.get(n).is_some_and(|t| *t == crate::plan::metadata_text(m))).then_some((m, fp))
+        })
+        .collect();
+    if !shared.is_empty() {
+        let others = crate::apply::others_served(&*state, env)?;
+        let index = if others.is_empty() { Default::default() } else { state.snapshot_index()? };
+        for (m, fp) in shared {
+            let Some((physical, _)) = index.get(&(m.name.to_string(), fp.clone())) else { continue };
+            let sharing = crate::apply::sharing_under_other_audits(m, physical, &index, &others);
+            if !sharing.is_empty() && crate::apply::passed_on_current_data(&*state, m, fp)?.is_some_and(|(passed, _)| !passed) {
+                unaudited.push((m.name.to_string(), sharing.into_iter().cloned().collect()));
+            }
+        }
+    }
+    if !unaudited.is_empty() {
+        let named: Vec<String> = unaudited.iter().map(|(m, _)| format!("`{m}`")).collect();
+        problems.push(format!(
+            "{} serve{} rows another environment wrote under other audits that `{env}`'s audits have not checked (`efmesh run {env}` runs them)",
+            named.join(", "),
+            if named.len() == 1 { "s" } else { "" }
+        ));
+    }
     // A stale lock is a command that stopped without finishing (killed: a `timeout`, systemd's
     // stop, `kill -9`, its host gone, a full disk): it left no tick, so only the lock says so.
     // What reclaims it: the lake's lock is every environment's writer lock.
@@ -593,6 +624,9 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             "unjudged": unjudged.iter().map(|(m, why)| json!({"model": m, "reason": why})).collect::<Vec<_>>(),
             "signalsError": signals_error,
             "failed": failed_other.iter().map(|(m, n)| json!({"model": m, "failed": n})).collect::<Vec<_>>(),
+            // Versions served from a table another environment writes under other audits,
+            // holding rows this environment's audits have not checked.
+            "unaudited": unaudited.iter().map(|(m, writers)| json!({"model": m, "writtenBy": writers})).collect::<Vec<_>>(),
             "lostRelations": lost_served.iter().map(|l| json!({
                 "model": l.model,
                 "fingerprint": l.fingerprint,
@@ -719,6 +753,14 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 "  ⚠ {}  {} (the version `{env}` serves; the project {differs}): `apply` repairs it, serving the project's\n",
                 l.model,
                 l.lack.describe(&l.relation)
+            ));
+        }
+        for (m, writers) in &unaudited {
+            let writers: Vec<String> = writers.iter().map(|w| format!("`{w}`")).collect();
+            text.push_str(&format!(
+                "  ⚠ {m}  unaudited: {} write{} its shared table under other audits; `{env}`'s audits have not checked the rows written since (`efmesh run {env}` runs them)\n",
+                writers.join(", "),
+                if writers.len() == 1 { "s" } else { "" }
             ));
         }
         for p in &pending {

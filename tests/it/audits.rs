@@ -22,6 +22,7 @@ on_every_engine!(
     efmesh_audit_reports_every_failure_when_an_audit_sql_errors,
     a_run_refreshing_the_referenced_model_re_runs_the_audits_reading_it,
     a_leading_zero_in_a_sql_header_is_text_and_accepted_values_match_exactly,
+    rows_prod_writes_into_a_table_dev_serves_with_an_audit_more_are_audited_by_devs_run,
 );
 
 /// A project on `engine` whose models may be Lua, Rhai or SQL files.
@@ -559,6 +560,52 @@ fn an_audit_only_edit_is_a_metadata_change_and_rebuilds_nothing(engine: EngineBa
         assert_eq!(p.physical_tables(), tables);
         assert_eq!(p.plan("dev")["hasChanges"], false);
     }
+}
+
+/// `dev` serves the table of `prod`'s time-range version with an audit more (an added audit only
+/// refuses more, so the version is shared): `prod`'s runs write it under `prod`'s audits. The
+/// rows they write are not served silently unaudited: `status dev` says so (unhealthy), and
+/// `run dev` runs `dev`'s audits over the table, failing on the violation; once the data is
+/// clean its pass is recorded and `dev` is healthy again.
+fn rows_prod_writes_into_a_table_dev_serves_with_an_audit_more_are_audited_by_devs_run(engine: EngineBackend) {
+    let clean = EVENTS.replace(",,30", ",east,30");
+    let p = daily_project(engine, &clean, "");
+    let without = p.read("models/daily.lua");
+    let with = without.replace("audits = {  },", "audits = { audit.not_null(\"region\") },");
+    assert_ne!(with, without);
+    p.apply("prod");
+    p.write("models/daily.lua", &with);
+    let v = p.apply("dev");
+    assert_eq!(v["built"], serde_json::json!([]), "the version is shared: {v:#}");
+    assert_eq!(p.run(&["status", "dev", "--json"]).expect_code(0).json()["unaudited"], serde_json::json!([]));
+
+    // `prod` recomputes a day whose source now lacks its region, under its own (no) audits.
+    load_events(&p, &clean.replace("2026-01-04 10:00:00,south,40", "2026-01-04 10:00:00,,40"));
+    p.write("models/daily.lua", &without);
+    p.run(&["restate", "prod", "--model", "s.daily", "--from", "2026-01-04", "--to", "2026-01-05"]).expect_code(0);
+    p.run(&["run", "prod"]).expect_code(0);
+    p.write("models/daily.lua", &with);
+
+    let status = p.run(&["status", "dev", "--json"]).expect_code(0).json();
+    assert_eq!(status["unaudited"], serde_json::json!([{"model": "s.daily", "writtenBy": ["prod"]}]), "{status:#}");
+    assert_eq!(status["healthy"], false, "{status:#}");
+    let run = p.run(&["run", "dev"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("not_null") && run.stderr.contains("shared with `prod`"), "{}", run.stderr);
+
+    // Clean again: `prod` recomputes the day, `dev`'s run audits the table and records the pass.
+    load_events(&p, &clean);
+    p.write("models/daily.lua", &without);
+    p.run(&["restate", "prod", "--model", "s.daily", "--from", "2026-01-04", "--to", "2026-01-05"]).expect_code(0);
+    p.run(&["run", "prod"]).expect_code(0);
+    p.write("models/daily.lua", &with);
+    assert_eq!(p.run(&["status", "dev", "--json"]).expect_code(0).json()["unaudited"].as_array().map(Vec::len), Some(1));
+    p.run(&["run", "dev"]).expect_code(0);
+    let status = p.run(&["status", "dev", "--json"]).expect_code(0).json();
+    assert_eq!(status["unaudited"], serde_json::json!([]), "{status:#}");
+    assert_eq!(status["healthy"], true, "{status:#}");
+    // `prod`, whose audits `dev` all has, is never told of `dev`'s.
+    assert_eq!(p.run(&["status", "prod", "--json"]).expect_code(0).json()["unaudited"], serde_json::json!([]));
 }
 
 // ---- efmesh audit <env> ------------------------------------------------------------------

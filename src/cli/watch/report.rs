@@ -109,7 +109,10 @@ impl Problem {
         let located = a.located();
         let model = located.map(|(_, m)| m.clone()).or_else(|| match a {
             ApplyError::Target { model, .. } => model.clone(),
-            ApplyError::Audit { model, .. } | ApplyError::RunAudit { model, .. } | ApplyError::ReadAudit { reader: model, .. } => Some(model.clone()),
+            ApplyError::Audit { model, .. }
+            | ApplyError::RunAudit { model, .. }
+            | ApplyError::SharedAudit { model, .. }
+            | ApplyError::ReadAudit { reader: model, .. } => Some(model.clone()),
             _ => None,
         });
         Problem {
