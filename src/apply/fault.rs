@@ -31,7 +31,9 @@
 //! it opens and closes the engine the same way); the lake lease test holds
 //! a promotion between its intent and its view swap (`after-intent`); the lake tests make each
 //! re-creation of a parquet version's view slow (`lake-publish:<schema.table>`) to show a
-//! backfill's batches grouped between two of them.
+//! backfill's batches grouped between two of them; the import race test holds `state import`
+//! between its comparison of the export with the engine database and its write
+//! (`import-after-compare`) to run a writer (a restatement's run) there.
 //!
 //! A third hook, `EFMESH_LOSE_LOCK=<point>`, makes the process lose the writer lock it holds
 //! at a named point ([`lose_lock_point`]), as a holder stalled past the lock's expiry (suspended,
@@ -44,7 +46,10 @@
 //! A fourth hook, `EFMESH_STATE_FAIL=<write>:<how>`, makes a state write fail with the error of
 //! a connection cut ([`state_write_point`]): `promote:committed` runs the promotion's state write
 //! and then reports it failed (its `COMMIT` landed, the answer was lost); `promote:refused`
-//! reports it failed without running it.
+//! reports it failed without running it. `record-epoch:<point>` is the record of the engine
+//! epoch after the crash point `<point>` (`after-epoch-stamp`, the closing raise;
+//! `after-first-epoch-stamp`, the opening one): `record-epoch:after-epoch-stamp:refused` is an
+//! apply whose stamp was made and whose record failed (a full disk).
 
 use crate::state::{StateError, StateStore};
 

@@ -447,12 +447,41 @@ pub(crate) fn execute(
 /// the database ahead of the store, which later plans accept. With `ducklake`, the attached
 /// DuckLake catalog is stamped with the same epoch before the store records it. When another
 /// writer was issued an epoch since `opened`, the store records one more than the stamp: the
-/// database is left behind ([`raise_epoch`]). A failure is only logged: the database, the
-/// catalog and the store then keep epochs that still agree.
+/// database is left behind ([`raise_epoch`]). A failure is only logged, saying how far the raise
+/// went: the command's data and ledger are as its result says, and the database, the catalog and
+/// the store keep epochs that later plans accept (the database at most ahead of the store, as
+/// after a kill between the stamp and the record; SPEC §4, invariant 63). Until the next `apply`
+/// or `run` writing tables raises the epoch again, a copy of the database taken while this
+/// command wrote is not told from the current one.
 fn stamp_epoch(state: &dyn StateStore, engine: &mut dyn Engine, opened: i64, ducklake: bool) {
-    match raise_epoch(state, engine, opened, Some(opened), ducklake, "after-epoch-stamp") {
-        Ok(epoch) => tracing::debug!(epoch, "engine epoch stamped and recorded"),
-        Err(e) => tracing::warn!("the engine epoch was not raised (a database restored from a copy taken before this command may go unnoticed): {e}"),
+    const UNTIL: &str = "until the next `apply` or `run` that writes tables raises the epoch, a copy of the database taken while this command wrote \
+                         is not told from the current one";
+    // With its cause ("database or disk is full"), on one line.
+    let said = |e: ApplyError| with_causes(&e).replace("\n  caused by: ", ": ");
+    let raised = match stamp_raised(state, engine, opened, Some(opened)) {
+        Ok(raised) => raised,
+        Err(e) => {
+            let e = said(e);
+            tracing::warn!(
+                "the engine epoch was not raised at the end of this command: nothing was stamped, so the engine database keeps the stamp of \
+                 its opening (epoch {opened}; {UNTIL}): {e}"
+            );
+            return;
+        }
+    };
+    let epoch = raised.epoch;
+    match record_raised(state, engine, &raised, ducklake, "after-epoch-stamp") {
+        Ok(()) => tracing::debug!(epoch, "engine epoch stamped and recorded"),
+        // The store already records the database behind (written before the stamp).
+        Err(e) if raised.others => {
+            tracing::warn!("the engine database was stamped with epoch {epoch} at the end of this command, but its last record failed: {}", said(e))
+        }
+        Err(e) => tracing::warn!(
+            "the engine database was stamped with epoch {epoch} at the end of this command, but the state store did not record it: the database \
+             is ahead of the store, as after a kill between the two, which is accepted (its data and the ledger are not affected); {UNTIL}, \
+             and `state import` refuses an export taken meanwhile as older than the database (`--engine-ahead` imports it): {}",
+            said(e)
+        ),
     }
 }
 
@@ -461,7 +490,7 @@ fn stamp_epoch(state: &dyn StateStore, engine: &mut dyn Engine, opened: i64, duc
 /// stamps the attached DuckLake catalog with the same epoch ([`ducklake::stamp`]), then (after
 /// the crash point `point`) records it in the store (the DuckLake epoch too, with `ducklake`);
 /// returns the epoch stamped. The store records it last, so the database and the catalog are
-/// never behind it by the command's own doing.
+/// never behind it by the command's own doing. [`stamp_raised`], then [`record_raised`].
 ///
 /// `opened` is the epoch of this command's opening raise, for its closing one (`None` at the
 /// opening): when another writer was issued an epoch since (the issued counter is no longer
@@ -473,6 +502,29 @@ fn stamp_epoch(state: &dyn StateStore, engine: &mut dyn Engine, opened: i64, duc
 /// # Errors
 /// The state store's reads or writes, or the engine's or the catalog's stamp.
 fn raise_epoch(state: &dyn StateStore, engine: &mut dyn Engine, found: i64, opened: Option<i64>, ducklake: bool, point: &str) -> Result<i64, ApplyError> {
+    let raised = stamp_raised(state, engine, found, opened)?;
+    record_raised(state, engine, &raised, ducklake, point)?;
+    Ok(raised.epoch)
+}
+
+/// An engine epoch [`stamp_raised`] stamped into the engine's database, not yet recorded by
+/// [`record_raised`].
+struct Raised {
+    /// The state store whose stamp it is.
+    store_id: String,
+    /// The epoch stamped.
+    epoch: i64,
+    /// Another writer was issued an epoch since the command's opening raise: the store already
+    /// records one more than `epoch` (the database behind), and records it so again.
+    others: bool,
+}
+
+/// The first half of [`raise_epoch`]: issues an epoch and stamps the engine's database with it
+/// (recording the store one past it first when another writer was issued one since `opened`).
+///
+/// # Errors
+/// The state store's reads or writes, or the engine's stamp: nothing is stamped then.
+fn stamp_raised(state: &dyn StateStore, engine: &mut dyn Engine, found: i64, opened: Option<i64>) -> Result<Raised, ApplyError> {
     let store_id = state.store_id()?;
     let mut others = false;
     let epoch = crate::engine::epoch::stamp(engine, &store_id, found, |held| -> Result<i64, ApplyError> {
@@ -486,8 +538,21 @@ fn raise_epoch(state: &dyn StateStore, engine: &mut dyn Engine, found: i64, open
         }
         Ok(issued.epoch)
     })?;
+    Ok(Raised { store_id, epoch, others })
+}
+
+/// The second half of [`raise_epoch`]: with `ducklake`, stamps the DuckLake catalog with the
+/// epoch `raised` stamped into the database, then (after the crash point `point`) records it in
+/// the store (the state write `record-epoch:<point>` of the test hook
+/// [`fault::state_write_point`]).
+///
+/// # Errors
+/// The catalog's stamp or the store's write: the database is stamped, the store does not record
+/// it (the database ahead, unless `raised.others`).
+fn record_raised(state: &dyn StateStore, engine: &mut dyn Engine, raised: &Raised, ducklake: bool, point: &str) -> Result<(), ApplyError> {
+    let (epoch, others) = (raised.epoch, raised.others);
     if ducklake {
-        ducklake::stamp(engine, &store_id, epoch)?;
+        ducklake::stamp(engine, &raised.store_id, epoch)?;
     }
     fault::crash_point(|| point.to_string());
     if others {
@@ -497,8 +562,9 @@ fn raise_epoch(state: &dyn StateStore, engine: &mut dyn Engine, found: i64, open
              may lack its writes, so the store records it behind (the next plan refuses it, naming the ways out)"
         );
     }
-    state.record_engine_epoch(if others { epoch + 1 } else { epoch }, ducklake.then_some(epoch))?;
-    Ok(epoch)
+    let recorded = if others { epoch + 1 } else { epoch };
+    fault::state_write_point(&format!("record-epoch:{point}"), &state.location(), || state.record_engine_epoch(recorded, ducklake.then_some(epoch)))?;
+    Ok(())
 }
 
 /// Whether the project has DuckLake models: its commands attach the DuckLake catalog

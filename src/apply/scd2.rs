@@ -90,12 +90,16 @@ pub fn reconcile(
 /// the declared renames applied (`renamed`), columns the new version adds NULL, each column cast
 /// to the type the query gives it (`described`, as a fresh build would create it; the declared
 /// type when not described): a narrower declared type would round or cut the carried values.
+/// A carried value that type would change (the query now returns `DECIMAL(10,2)` where the
+/// history stores `DECIMAL(18,4)`) refuses the copy first (`check_carried_values`): the history
+/// would no longer say what was recorded.
 /// One engine transaction, which first drops a table of that name: only a
 /// version no snapshot records is built, so such a table is what an interrupted apply left
 /// (perhaps from another choice: a wrong `renamed`, which is not fingerprinted, or a reset).
 /// Returns the rows and closed versions copied, which the snapshot records ([`crate::plan::CARRIED`]).
 ///
 /// # Errors
+/// [`ApplyError::Rejected`] when a carried value would change (nothing is created);
 /// [`ApplyError::Build`] when an engine statement fails (nothing is created).
 pub fn carry_over(
     engine: &mut dyn Engine,
@@ -105,18 +109,24 @@ pub fn carry_over(
     history: &crate::plan::History,
     described: &[crate::engine::DescribedColumn],
 ) -> Result<(usize, usize), ApplyError> {
-    let select = model
+    // Each declared column: the old table's column it is copied from (none: added, NULL) and the
+    // type the new table creates it with.
+    let columns: Vec<Carried<'_>> = model
         .schema
         .0
         .iter()
         .map(|c| {
             let source = history.renamed.iter().find(|(_, new)| **new == c.name).map(|(old, _)| old.as_str());
             let source = source.or_else(|| (!history.added.contains(&c.name)).then_some(c.name.as_str()));
-            let ty = super::contract::column_type(described, &c.name, &c.ty);
-            match source {
-                Some(old) => format!("CAST(_o.{} AS {ty}) AS {}", quote_ident(old), quote_ident(&c.name)),
-                None => format!("CAST(NULL AS {ty}) AS {}", quote_ident(&c.name)),
-            }
+            Carried { name: &c.name, source, ty: super::contract::column_type(described, &c.name, &c.ty) }
+        })
+        .collect();
+    check_carried_values(engine, model, history, &columns)?;
+    let select = columns
+        .iter()
+        .map(|c| match c.source {
+            Some(old) => format!("CAST(_o.{} AS {}) AS {}", quote_ident(old), c.ty, quote_ident(c.name)),
+            None => format!("CAST(NULL AS {}) AS {}", c.ty, quote_ident(c.name)),
         })
         .collect::<Vec<_>>()
         .join(", ");
@@ -129,6 +139,64 @@ pub fn carry_over(
         ])
         .map_err(|e| build_error(model, e))?;
     history_counts(engine, physical, scd).map_err(|e| build_error(model, e))
+}
+
+/// One column of a carried history's new table ([`carry_over`]).
+struct Carried<'a> {
+    /// Its declared name.
+    name: &'a str,
+    /// The old table's column its values come from; `None` for a column the new version adds.
+    source: Option<&'a str>,
+    /// The type the new table creates it with.
+    ty: &'a str,
+}
+
+/// Refuses, before anything is created, a carry over that would change recorded values: each
+/// carried column the old table stores in another built-in scalar type than the new table would
+/// (not one known to hold every value, [`super::contract::lossy_columns`]) is checked value by
+/// value, as staged rows are ([`super::upsert::check_fits`], through the same engine helper,
+/// [`super::contract::changed_values`]: on Postgres too, where a cast to `VARCHAR(5)` cuts
+/// silently). Copied, such values would be rounded or cut in every version, closed ones too:
+/// the history would no longer say what was recorded, and the next reconciliation would compare
+/// the query with altered values.
+///
+/// # Errors
+/// [`ApplyError::Rejected`] naming the model, the column, both types and an example, with the
+/// ways forward; [`ApplyError::Build`] when the old table cannot be read.
+fn check_carried_values(engine: &mut dyn Engine, model: &Model, history: &crate::plan::History, columns: &[Carried<'_>]) -> Result<(), ApplyError> {
+    let from = &history.from_physical;
+    let stored = engine.describe(&format!("SELECT * FROM {from}")).map_err(|e| build_error(model, e))?;
+    let short = history.from.short();
+    for c in columns {
+        let Some(kept) = c.source.and_then(|old| stored.iter().find(|s| s.name.eq_ignore_ascii_case(old))) else { continue };
+        let target = crate::engine::DescribedColumn { name: kept.name.clone(), ty: c.ty.to_string() };
+        for lossy in super::contract::lossy_columns(std::slice::from_ref(kept), std::slice::from_ref(&target)) {
+            let column = if kept.name == c.name { format!("column `{}`", c.name) } else { format!("column `{}` (`{}` in @{short})", c.name, kept.name) };
+            let (_, recorded, created) = &lossy;
+            let refuse = |what: String| ApplyError::Rejected {
+                model: model.name.clone(),
+                location: model.location.clone(),
+                message: format!(
+                    "cannot carry the history of @{short} over: {column} is stored there as `{recorded}`, but the new version's table would store it as `{created}` (the type the query now returns), {what}: the carried history would no longer say what was recorded; nothing of this model was written\n  \
+                     hint: have the query return the column as `{recorded}`, as the history stores it (cast it to that type in the query); or start the history over: remove `renamed` from the kind and apply with `--reset-history {}`",
+                    model.name
+                ),
+            };
+            let found = super::contract::changed_values(engine, from, "TRUE", &lossy).map_err(|e| {
+                let first = e.message.lines().next().unwrap_or_default().trim().to_string();
+                let lowered = first.to_ascii_lowercase();
+                if ["out of range", "overflow", "too long", "invalid input"].iter().any(|m| lowered.contains(m)) {
+                    refuse(format!("which cannot hold some of its recorded values ({first})"))
+                } else {
+                    build_error(model, e)
+                }
+            })?;
+            if let Some((n, example)) = found {
+                return Err(refuse(format!("which would change {n} of its recorded values{example}")));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Rows and closed versions of an SCD table. A reconciliation never deletes a row: whatever it

@@ -154,7 +154,10 @@ fn refuse_overwrite(path: &std::path::Path) -> Result<()> {
 /// `efmesh state import FILE|- [--force] [--engine-ahead] [--json]`: validates the document (its
 /// format and layout versions, every table and value), compares it with the project's engine
 /// database ([`refuse_engine_ahead`]), then writes it into the project's state store (created
-/// when absent) in one transaction.
+/// when absent) in one transaction — refused there when an engine epoch was issued since the
+/// comparison (the store's counter, read before it, moved: a writer started or finished in
+/// between, [`crate::state::StateStore::import_state`]), so the comparison and the write are
+/// atomic with respect to every `apply` and `run`.
 pub(super) fn import(config: &std::path::Path, file: &std::path::Path, force: bool, engine_ahead: bool, json: bool, out: &Printer) -> Result<Exit> {
     let config = crate::config::Config::load(config)?;
     let text = if file.as_os_str() == "-" {
@@ -167,19 +170,33 @@ pub(super) fn import(config: &std::path::Path, file: &std::path::Path, force: bo
     let name = if file.as_os_str() == "-" { "stdin".to_string() } else { file.display().to_string() };
     let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("`{name}` is not JSON ({e}); nothing was imported"))?;
     let dump = crate::state::dump::StateDump::from_document(&doc).map_err(|e| anyhow::anyhow!("cannot import `{name}`: {e}; nothing was imported"))?;
-    // Before any store is opened or created: a refused import leaves everything as it was.
+    // The store's issued engine epoch BEFORE the engine database is read: a writer that starts
+    // after this read raises it before its first write, and one running now holds its lock
+    // until its closing raise, so the import's transaction, finding the counter unchanged and
+    // no live lock, knows the comparison below still holds (SPEC §4, invariant 63). A store
+    // that does not exist yet is only looked at (0: a new store's counter), not created.
+    let existing = crate::state::open_existing(&config)?;
+    let issued = existing.as_deref().map(|state| state.epoch_issued()).transpose()?.unwrap_or(0);
+    // Before any store is created or written: a refused import leaves everything as it was.
     refuse_engine_ahead(&config, &dump, &name, engine_ahead)?;
+    // Test hook: a writer run here, between the comparison and the write, must be found.
+    crate::apply::fault::delay_point("import-after-compare");
     // A SQLite store this import creates is removed again when the import fails: a failed
     // import leaves no store where there was none.
-    let created = config.state.url_env.is_none().then(|| config.state_path()).filter(|p| !p.exists());
-    let state = crate::state::open(&config)?;
+    let (state, created) = match existing {
+        Some(state) => (state, None),
+        None => {
+            let created = config.state.url_env.is_none().then(|| config.state_path()).filter(|p| !p.exists());
+            (crate::state::open(&config)?, created)
+        }
+    };
     // Leases expire by the store's clock (SPEC invariant 30), not by `--now`. A lock whose
     // holder is known gone (killed on this host) does not block, as it does not block the
     // commands that reclaim it.
     let host = crate::state::lease::host_name();
     let imported = state.clock().and_then(|clock| {
         let stale = |l: &crate::state::LeaseRecord| crate::state::lease::is_stale(l, clock, &host);
-        state.import_state(&dump, force, clock, &stale)
+        state.import_state(&dump, force, issued, clock, &stale)
     });
     if let Err(e) = imported {
         drop(state);

@@ -123,6 +123,9 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
             notes.push("registered (embedded: nothing to build)".into());
         }
         notes.extend(plan.also_writes.iter().filter(|r| r.model == a.name).map(|r| r.note.clone()));
+        if let Some(d) = &a.drops_kept {
+            notes.push(d.note(&a.name));
+        }
         if let Some(h) = &a.history {
             notes.push(match (h.fate, h.reset_accepted) {
                 (crate::plan::HistoryFate::StartsOver, true) => "history starts over (--reset-history)".to_string(),
@@ -183,14 +186,7 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
                 if cols.is_empty() { String::new() } else { format!(" (columns: {cols})") }
             ));
             if h.refused() {
-                // Only the ways forward apply would accept.
-                let rename = match (h.rename_ok, h.dropped.as_slice(), h.added.as_slice()) {
-                    (false, ..) => String::new(),
-                    (true, [old], [new]) => format!("declare `renamed = {{ {old} = \"{new}\" }}` in the kind to carry it over, "),
-                    (true, ..) => "declare `renamed = { old = \"new\" }` in the kind to carry it over, ".to_string(),
-                };
-                let forward = if h.forward_only_ok { format!("`--forward-only {}` to keep the table, ", a.name) } else { String::new() };
-                s.push_str(&format!("      apply refuses this: {rename}{forward}or `--reset-history {}` to start over\n", a.name));
+                s.push_str(&format!("      {}\n", history_refused_text(&a.name.to_string(), h)));
             }
         }
         if let (true, Some(e)) = (explain, &a.explain) {
@@ -226,6 +222,26 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
     s
 }
 
+/// The line under a history `apply` would refuse to start over: only the ways forward it would
+/// accept, one sentence whatever their number (`--reset-history` is always one).
+fn history_refused_text(model: &str, h: &crate::plan::History) -> String {
+    let mut ways = Vec::new();
+    match (h.rename_ok, h.dropped.as_slice(), h.added.as_slice()) {
+        (false, ..) => {}
+        (true, [old], [new]) => ways.push(format!("carry it over by declaring `renamed = {{ {old} = \"{new}\" }}` in the kind")),
+        (true, ..) => ways.push("carry it over by declaring `renamed = { old = \"new\" }` in the kind".to_string()),
+    }
+    if !h.upstream_drops_kept.is_empty() {
+        ways.push(format!("keep the rows kept upstream (and this table) with `--forward-only {}`", h.upstream_drops_kept.join(",")));
+    }
+    if h.forward_only_ok {
+        ways.push(format!("keep the table with `--forward-only {model}`"));
+    }
+    ways.push(format!("start it over with `--reset-history {model}`"));
+    let last = ways.pop().unwrap_or_default();
+    if ways.is_empty() { format!("apply refuses this: {last}") } else { format!("apply refuses this: {} or {last}", ways.join(", ")) }
+}
+
 /// The apply report's audit lines: warn violations one by one, then a count (empty without
 /// audits).
 pub fn audits_text(report: &crate::apply::audit::AuditReport) -> String {
@@ -240,4 +256,54 @@ pub fn audits_text(report: &crate::apply::audit::AuditReport) -> String {
     let runs: usize = report.0.iter().map(|r| r.runs).sum();
     s.push_str(&format!("audits: {} checked ({runs} runs), {} passed, {warned} warned\n", report.0.len(), report.0.len() - warned));
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::plan::{History, HistoryFate};
+
+    fn refused(rename_ok: bool, dropped: &[&str], added: &[&str], forward_only_ok: bool) -> History {
+        History {
+            fate: HistoryFate::StartsOver,
+            from: String::from("a").into(),
+            dropped: dropped.iter().map(|c| c.to_string()).collect(),
+            added: added.iter().map(|c| c.to_string()).collect(),
+            renamed: Default::default(),
+            retyped: Vec::new(),
+            reason: String::new(),
+            reset_accepted: false,
+            from_physical: String::new(),
+            copied: None,
+            rename_ok,
+            forward_only_ok,
+            upstream_drops_kept: Vec::new(),
+        }
+    }
+
+    /// The ways forward under a refused history make one sentence for every combination (with
+    /// `--reset-history` alone it read "apply refuses this: or `--reset-history m.h` to start
+    /// over").
+    #[test]
+    fn a_refused_history_names_its_ways_forward_in_one_sentence_whatever_their_number() {
+        for (h, want) in [
+            (refused(false, &[], &[], false), "apply refuses this: start it over with `--reset-history m.h`"),
+            (refused(false, &[], &["b"], true), "apply refuses this: keep the table with `--forward-only m.h` or start it over with `--reset-history m.h`"),
+            (
+                refused(true, &["a"], &["b"], false),
+                "apply refuses this: carry it over by declaring `renamed = { a = \"b\" }` in the kind or start it over with `--reset-history m.h`",
+            ),
+            (
+                refused(true, &["a", "c"], &["b"], true),
+                "apply refuses this: carry it over by declaring `renamed = { old = \"new\" }` in the kind, keep the table with `--forward-only m.h` or start it over with `--reset-history m.h`",
+            ),
+        ] {
+            assert_eq!(super::history_refused_text("m.h", &h), want);
+        }
+        let mut h = refused(false, &[], &[], true);
+        h.upstream_drops_kept = vec!["m.base".into()];
+        assert_eq!(
+            super::history_refused_text("m.h", &h),
+            "apply refuses this: keep the rows kept upstream (and this table) with `--forward-only m.base`, keep the table with `--forward-only m.h` or start it over with `--reset-history m.h`"
+        );
+    }
 }

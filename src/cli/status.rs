@@ -564,9 +564,11 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             if named.len() == 1 { "s" } else { "" }
         ));
     }
-    // A stale lock is a command that stopped without finishing (killed: a `timeout`, systemd's
-    // stop, `kill -9`, its host gone, a full disk): it left no tick, so only the lock says so.
-    // What reclaims it: the lake's lock is every environment's writer lock.
+    // A stale lock is one its holder did not release: a command that stopped without finishing
+    // (killed: a `timeout`, systemd's stop, `kill -9`; its host gone), which left no tick, so
+    // only the lock says so; or one that finished but could not write the release into the
+    // state store (a full disk: it warned `cannot release the lock`). The message claims
+    // neither. What reclaims it: the lake's lock is every environment's writer lock.
     let reclaimer = if project.config.writes_a_lake() {
         "the next `apply` or `run` (of any environment)".to_string()
     } else {
@@ -574,7 +576,8 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     };
     if let Some((l, true)) = &lock {
         problems.push(format!(
-            "the lock `{}` is stale: its holder ({}) stopped without finishing (killed, or its host died); {reclaimer} reclaims it",
+            "the lock `{}` is stale: its holder ({}) did not release it (it stopped, was killed, or could not write the state store; \
+             or its host died); {reclaimer} reclaims it",
             l.name, l.holder
         ));
     }

@@ -534,7 +534,7 @@ pub fn validate_model(m: &Model) -> Vec<LoadError> {
         (_, None) => errors.push(err(format!("a `{}` model needs a query", m.kind.tag()))),
         (Kind::IncrementalByTimeRange(t), Some(body)) => {
             if !m.schema.contains(&t.time_column) {
-                errors.push(err(format!("time column `{}` is not declared in the schema", t.time_column)));
+                errors.push(undeclared(m, err(format!("time column `{}` is not declared in the schema", t.time_column)), &t.time_column));
             }
             if let Some(c) = m.schema.get(&t.time_column)
                 && !is_time_type(&c.ty)
@@ -586,6 +586,28 @@ pub fn validate_model(m: &Model) -> Vec<LoadError> {
     errors
 }
 
+/// `e` (a kind option naming `name`, a column the schema does not declare) with its hint. A
+/// name in double quotes whose inside is declared was quoted as in `-- schema:`, but in a
+/// `.sql` header's `-- kind:` a value's double quotes are part of it (values are bare words or
+/// `'quoted strings'`): the hint says to write `'order id'` there. Otherwise, the declared
+/// name it is closest to, if any.
+fn undeclared(m: &Model, e: LoadError, name: &str) -> LoadError {
+    let quoted = name.strip_prefix('"').and_then(|n| n.strip_suffix('"')).filter(|n| !n.is_empty()).map(|n| n.replace("\"\"", "\""));
+    let in_sql = m.location.file.extension().and_then(|x| x.to_str()) == Some("sql");
+    let hint = match quoted.filter(|n| m.schema.contains(n)) {
+        Some(inner) if in_sql => format!(
+            "in `-- kind:` double quotes are part of the name: quote a column name with single quotes there, `'{inner}'` \
+             (double quotes quote names in `-- schema:` only)"
+        ),
+        Some(inner) => format!("the double quotes are part of the name as written: write `{inner}`"),
+        None => match did_you_mean(name, m.schema.names()) {
+            Some(s) => format!("did you mean `{s}`?"),
+            None => return e,
+        },
+    };
+    e.with_hint(hint)
+}
+
 /// Columns named by `incremental_by_unique_key`, `incremental_by_partition` and `scd_type2`
 /// options: keys, partition columns and watched
 /// columns must be declared; SCD type 2's managed columns must not be (efmesh adds them).
@@ -599,11 +621,7 @@ fn validate_keyed_kind(m: &Model) -> Vec<LoadError> {
         _ => return errors,
     };
     for k in key.iter().filter(|k| !m.schema.contains(k)) {
-        let mut e = err(format!("{what} `{k}` of kind `{tag}` is not declared in the schema"));
-        if let Some(s) = did_you_mean(k, m.schema.names()) {
-            e = e.with_hint(format!("did you mean `{s}`?"));
-        }
-        errors.push(e);
+        errors.push(undeclared(m, err(format!("{what} `{k}` of kind `{tag}` is not declared in the schema")), k));
     }
     if let Kind::ScdType2(s) = &m.kind {
         for managed in [&s.valid_from, &s.valid_to] {
@@ -615,7 +633,8 @@ fn validate_keyed_kind(m: &Model) -> Vec<LoadError> {
         }
         for (old, new) in &s.renamed {
             if !m.schema.contains(new) {
-                errors.push(err(format!("column `{new}` renamed from `{old}` (kind `scd_type2`, `renamed`) is not declared in the schema")));
+                let e = err(format!("column `{new}` renamed from `{old}` (kind `scd_type2`, `renamed`) is not declared in the schema"));
+                errors.push(undeclared(m, e, new));
             }
             if m.schema.contains(old) {
                 errors.push(
@@ -626,7 +645,7 @@ fn validate_keyed_kind(m: &Model) -> Vec<LoadError> {
         }
         for c in s.columns.iter().flatten() {
             if !m.schema.contains(c) {
-                errors.push(err(format!("watched column `{c}` of kind `scd_type2` is not declared in the schema")));
+                errors.push(undeclared(m, err(format!("watched column `{c}` of kind `scd_type2` is not declared in the schema")), c));
             } else if key.contains(c) {
                 errors.push(
                     err(format!("watched column `{c}` of kind `scd_type2` is a key column"))
@@ -973,5 +992,49 @@ mod next_due_tests {
             let want = format!("a date holds no time of day: use {option} (or coarser), or declare the column a `timestamp`");
             assert!(hints.contains(&want), "{file}: {hints:?}");
         }
+    }
+}
+
+#[cfg(test)]
+mod kind_column_tests {
+    use crate::core::{Column, Fragment, Kind, Location, Model, ModelName, ScdType2, Schema};
+
+    /// An `scd_type2` model in `file` keyed by `key` (as its language gave it), declaring
+    /// `order id`, `b` and `v`.
+    fn keyed(file: &str, key: &[&str]) -> Model {
+        let kind = Kind::ScdType2(ScdType2 {
+            key: key.iter().map(|k| k.to_string()).collect(),
+            valid_from: "valid_from".into(),
+            valid_to: "valid_to".into(),
+            columns: None,
+            invalidate_hard_deletes: true,
+            renamed: Vec::new(),
+        });
+        let schema = Schema(["order id", "b", "v"].into_iter().map(|n| Column { name: n.into(), ty: "bigint".into() }).collect());
+        let mut body = Fragment::default();
+        body.push_text("SELECT 1");
+        Model::new(ModelName::parse("s.m").unwrap(), kind, schema, Some(body), Location { file: file.into(), line: 1 })
+    }
+
+    fn hints(m: &Model) -> Vec<(String, Option<String>)> {
+        super::validate_model(m).into_iter().map(|e| (e.message, e.hint)).collect()
+    }
+
+    /// A key double-quoted in a `.sql` header's `-- kind:` (as names are in `-- schema:`) keeps
+    /// its quotes: the hint says to single-quote it there (it said "did you mean `order id`?",
+    /// which the header cannot spell with double quotes).
+    #[test]
+    fn a_double_quoted_kind_column_is_hinted_in_the_headers_quotes() {
+        let not_declared = "key column `\"order id\"` of kind `scd_type2` is not declared in the schema".to_string();
+        let sql = "in `-- kind:` double quotes are part of the name: quote a column name with single quotes there, `'order id'` (double quotes quote names in `-- schema:` only)";
+        assert_eq!(hints(&keyed("models/m.sql", &["\"order id\"", "b"])), [(not_declared.clone(), Some(sql.to_string()))]);
+        let lua = "the double quotes are part of the name as written: write `order id`";
+        assert_eq!(hints(&keyed("models/m.lua", &["\"order id\"", "b"])), [(not_declared, Some(lua.to_string()))]);
+        // Another name keeps its "did you mean"; the single-quoted spelling is declared.
+        assert_eq!(
+            hints(&keyed("models/m.sql", &["bb"])),
+            [("key column `bb` of kind `scd_type2` is not declared in the schema".to_string(), Some("did you mean `b`?".to_string()))]
+        );
+        assert!(hints(&keyed("models/m.sql", &["order id", "b"])).is_empty());
     }
 }

@@ -176,6 +176,7 @@ fn replay(project: &Project, env: &str, now: Millis, body: &str) -> Option<Plan>
             canonical_source,
             explain: None,
             history: None,
+            drops_kept: None,
             new_columns: Vec::new(),
             metadata: serde_json::Value::Null,
             repair: None,

@@ -46,7 +46,8 @@ pub enum Change {
     NonBreaking,
     /// Unchanged itself, a parent changed.
     Indirect,
-    /// The operator chose to keep the old storage and history (time-range models).
+    /// The operator chose to keep the old storage and history (time-range, unique-key, partition
+    /// and SCD type 2 models).
     ForwardOnly,
     /// Only fields that do not shape data changed (description, batch size, lookback…).
     Metadata,
@@ -179,6 +180,12 @@ pub struct History {
     /// environment sharing that table).
     #[serde(skip)]
     pub forward_only_ok: bool,
+    /// When the history would start over only because unique-key or partition models upstream
+    /// are built anew from their query alone ([`DropsKept`]): those models, each of which
+    /// `--forward-only` would keep on its table (then this model keeps its table and history,
+    /// its inputs unchanged). Empty otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub upstream_drops_kept: Vec<String>,
 }
 
 impl History {
@@ -238,9 +245,23 @@ pub fn history_refusal(plan: &Plan) -> Option<String> {
     if refused.iter().any(|(_, h)| h.rename_ok && (h.dropped.len() != 1 || h.added.len() != 1)) {
         s.push_str("\n  - carry the history over a column rename: declare `renamed = { old = \"new\" }` in the model's kind");
     }
+    let upstream: BTreeSet<&str> = refused.iter().flat_map(|(_, h)| h.upstream_drops_kept.iter().map(String::as_str)).collect();
+    if !upstream.is_empty() {
+        let list = upstream.iter().copied().collect::<Vec<_>>().join(",");
+        s.push_str(&format!(
+            "\n  - keep the rows the unique-key or partition model{} upstream kept, and with them {} table and history: `--forward-only {list}`",
+            if upstream.len() == 1 { "" } else { "s" },
+            if refused.len() == 1 { "this model's" } else { "these models'" }
+        ));
+    }
     let forward: Vec<String> = refused.iter().filter(|(_, h)| h.forward_only_ok).map(|(a, _)| a.name.to_string()).collect();
     if !forward.is_empty() {
-        s.push_str(&format!("\n  - keep the table and its history (columns only added): `--forward-only {}`", forward.join(",")));
+        let keys = if refused.iter().any(|(_, h)| h.forward_only_ok && !h.upstream_drops_kept.is_empty()) {
+            "; its next reconcile then closes the keys that a model upstream, built anew from its query alone, no longer returns"
+        } else {
+            ""
+        };
+        s.push_str(&format!("\n  - keep the table and its history (columns only added): `--forward-only {}`{keys}", forward.join(",")));
     }
     for (a, _) in &refused {
         s.push_str(&format!("\n  - start the history of `{}` over: `--reset-history {}`", a.name, a.name));
@@ -257,6 +278,44 @@ pub struct OutsideBounds {
     pub intervals: usize,
     /// From the start of the first to the end of the last.
     pub range: Interval,
+}
+
+/// A unique-key or partition model whose environment served a version on a table its refreshes
+/// filled (a build is the first refresh) and whose new version is served from another table
+/// ([`Action::drops_kept`]). Such a table keeps what earlier refreshes wrote — keys and
+/// partitions the query may no longer return (the kinds never delete by absence) — and a version
+/// built anew holds only what its query returns now: those rows are no longer served. The plan
+/// reads the state store alone, so it cannot count them; it says they may be there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DropsKept {
+    /// The environment's version whose table holds them.
+    pub from: Fingerprint,
+    /// True when this plan builds the new version from its query alone; false when it is a version
+    /// that exists already on a table of its own (built earlier, here or for another
+    /// environment), which holds what its own refreshes kept instead.
+    pub built: bool,
+    /// True when `--forward-only` would be accepted and keep the old table (a version still to
+    /// build, the same kind, key or partition columns, columns only added, no other environment
+    /// sharing the table outside `prod`).
+    pub forward_only_ok: bool,
+}
+
+impl DropsKept {
+    /// The note the text plan prints for `model`.
+    pub fn note(&self, model: &ModelName) -> String {
+        let from = self.from.short();
+        let what = if self.built {
+            format!(
+                "built from its query alone: rows earlier refreshes kept in the table of @{from} that the query no longer returns are not in the new version"
+            )
+        } else {
+            format!(
+                "served from the table of a version that exists already (built earlier, here or for another environment): rows earlier refreshes kept in the table of @{from} that it lacks are no longer served"
+            )
+        };
+        if self.forward_only_ok { format!("{what}; `--forward-only {model}` keeps the table") } else { what }
+    }
 }
 
 /// The done intervals (`done`, their starts) outside `[start, end)` of `t` (`start` floored to
@@ -501,6 +560,12 @@ pub struct Action {
     /// history that version recorded.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub history: Option<History>,
+    /// Unique-key and partition models whose new version is served from another table than the
+    /// one the environment's version filled: the rows its refreshes kept there are not served
+    /// any more ([`DropsKept`]). Its children are judged as under a change of their parent's
+    /// data (they rebuild), never as reading the same rows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drops_kept: Option<DropsKept>,
     /// Columns a forward-only version adds to the inherited table.
     #[serde(skip)]
     pub new_columns: Vec<crate::core::Column>,
@@ -555,7 +620,8 @@ impl Action {
 /// Operator choices for a plan.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
-    /// Time-range models whose new version keeps the old storage and history.
+    /// Time-range, unique-key, partition and SCD type 2 models whose new version keeps the old
+    /// storage and history (`--forward-only`).
     pub forward_only: BTreeSet<ModelName>,
     /// The operator's verdict (`breaking` or `non-breaking`) over the automatic one.
     pub reclassify: BTreeMap<ModelName, Change>,
@@ -1209,6 +1275,8 @@ struct ActionEntry {
     changed_columns: Option<BTreeSet<String>>,
     /// Non-breaking models: the columns their change added ([`Decided`]).
     added_columns: Option<BTreeSet<String>>,
+    /// [`Decided::kept_dropped_by`].
+    kept_dropped_by: BTreeSet<ModelName>,
     /// Time-range models: the done intervals the action's missing ones came from.
     done: Option<BTreeSet<Millis>>,
     /// Time-range models outside `prod`: what the missing ones leave out ([`WriterHolds`]; an
@@ -1727,7 +1795,7 @@ pub fn plan_unmarked(
     for n in &options.forward_only {
         if project.dag.get(n).is_some_and(|m| !forward_only_kind(&m.kind)) {
             return Err(PlanError::Operator(format!(
-                "`--forward-only {n}`: only `incremental_by_time_range` and `scd_type2` models can be forward-only\n  hint: other kinds rebuild; apply without `--forward-only`"
+                "`--forward-only {n}`: only `incremental_by_time_range`, `incremental_by_unique_key`, `incremental_by_partition` and `scd_type2` models can be forward-only\n  hint: other kinds rebuild; apply without `--forward-only`"
             )));
         }
     }
@@ -2163,6 +2231,8 @@ fn compute_with(
             }
             decided.set(index, e.same_data, e.category, e.served.clone());
             decided.changed_columns[index].clone_from(&e.changed_columns);
+            decided.drops_kept[index] = e.action.drops_kept.is_some();
+            decided.kept_dropped_by[index].clone_from(&e.kept_dropped_by);
             decided.added_columns[index].clone_from(&e.added_columns);
             actions.push(action);
             if recording {
@@ -2190,6 +2260,9 @@ fn compute_with(
         let mut data_kept = false;
         let mut reclassified_from = None;
         let mut new_columns = Vec::new();
+        // Indirect changes: the models upstream whose `--forward-only` would keep this model's
+        // inputs as they were ([`Decided::kept_dropped_by`]).
+        let mut dropped_upstream: BTreeSet<ModelName> = BTreeSet::new();
         let change = match &previous {
             None => Change::Added,
             Some(p) if *p == fp => {
@@ -2252,7 +2325,7 @@ fn compute_with(
                     // breaks this model only when it reads one of them (lineage certain).
                     let mut unread: Vec<(String, Vec<String>)> = Vec::new();
                     let mut lineage_of: Option<lineage::ModelLineage> = None;
-                    let breaking: Vec<String> = changed_parents
+                    let breaking_names: Vec<&ModelName> = changed_parents
                         .iter()
                         .filter(|q| {
                             !decided.same_data(q).unwrap_or(false)
@@ -2271,8 +2344,16 @@ fn compute_with(
                             }
                             read
                         })
-                        .map(|q| q.to_string())
+                        .copied()
                         .collect();
+                    let breaking: Vec<String> = breaking_names.iter().map(|q| q.to_string()).collect();
+                    // Parents whose only change of data is that they are unique-key or partition
+                    // models built anew from their query alone, without the rows their refreshes
+                    // kept ([`DropsKept`]): their rows change though their columns' data would
+                    // not, so this model rebuilds (an SCD type 2 model, reconciled over the new
+                    // parent table, would record the keys it lost as deleted).
+                    let dropping = !reads_star && !sees_new_columns && !breaking_names.is_empty() && breaking_names.iter().all(|q| decided.drops_kept(q));
+                    dropped_upstream = decided.kept_dropped_by_all(&breaking_names);
                     let cascade: Vec<String> = changed_parents.iter().map(|q| q.to_string()).collect();
                     // A `full` table built from a parent's older version lacks the intervals its
                     // new version computes (or keeps ones it drops): not inherited, built anew.
@@ -2328,18 +2409,26 @@ fn compute_with(
                             _ => "unchanged itself; a parent changed".to_string(),
                         }
                     } else {
-                        let because = format!(
+                        let mut because = format!(
                             "{}parent{} {}",
                             if reads_star {
                                 "`*` over a changed "
                             } else if sees_new_columns {
                                 "the new columns (which its query may bind) of "
+                            } else if dropping {
+                                ""
                             } else {
                                 "breaking "
                             },
                             if breaking.len() == 1 { "" } else { "s" },
                             breaking.iter().map(|b| format!("`{b}`")).collect::<Vec<_>>().join(", ")
                         );
+                        if dropping {
+                            because.push_str(&format!(
+                                ", built anew from {} query alone without the rows earlier refreshes kept (its rows change)",
+                                if breaking.len() == 1 { "its" } else { "their" }
+                            ));
+                        }
                         // A version that exists already (served here before an edit now undone,
                         // or built for another environment: a first promotion of it here) is
                         // pointed at, not built: what it recomputes or rebuilds the plan's other
@@ -2360,6 +2449,10 @@ fn compute_with(
                             .collect::<Vec<_>>()
                             .join("; ");
                         reason = format!("{reason} (column impact: {which}, which this model does not read)");
+                    }
+                    if !breaking.is_empty() && !dropped_upstream.is_empty() {
+                        let list = dropped_upstream.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
+                        reason = format!("{reason}; `--forward-only {list}` keeps the rows kept upstream, and this model's inputs as they were");
                     }
                     let mut change = Change::Indirect;
                     if reused.is_none()
@@ -2450,7 +2543,7 @@ fn compute_with(
                     if options.forward_only.contains(&model.name) {
                         let Some(o) = old.as_ref().filter(|_| forward_only_kind(&model.kind)) else {
                             return Err(PlanError::Operator(format!(
-                                "`--forward-only {}`: only `incremental_by_time_range` and `scd_type2` models can be forward-only\n  hint: apply it as a {} change instead",
+                                "`--forward-only {}`: only `incremental_by_time_range`, `incremental_by_unique_key`, `incremental_by_partition` and `scd_type2` models can be forward-only\n  hint: apply it as a {} change instead",
                                 model.name,
                                 change.as_str()
                             )));
@@ -2484,6 +2577,10 @@ fn compute_with(
                         reason = if matches!(model.kind, Kind::ScdType2(_)) {
                             format!(
                                 "{reason}; forward-only: the old table and its history are kept, added columns are NULL in the versions recorded so far, and the next reconcile (`efmesh run`) records the change"
+                            )
+                        } else if matches!(model.kind, Kind::IncrementalByUniqueKey(_) | Kind::IncrementalByPartition(_)) {
+                            format!(
+                                "{reason}; forward-only: the old table and the rows its refreshes kept are kept, added columns are NULL in those rows, and the next refresh (`efmesh run`) writes what the new query returns into it"
                             )
                         } else {
                             format!("{reason}; forward-only: the old table and its history are kept, only intervals computed from now on see the change")
@@ -2595,6 +2692,51 @@ fn compute_with(
         // An embedded model has no storage: its new version is registered, nothing is built.
         let register = new_version && matches!(model.kind, Kind::Embedded);
         let build = new_version && !register;
+        // A unique-key or partition version on a table the environment's version filled (a build
+        // is its first refresh) replaced by one served from another table: what earlier refreshes
+        // kept there (keys, partitions the query no longer returns) is not served any more. Its
+        // rows change though its columns' data would not: its children are judged as under a
+        // change of its data (never as reading the same rows: an SCD type 2 child reconciled over
+        // the new table would record the keys it lost as deleted), and the plan says so.
+        let drops_kept = match &previous {
+            Some(p) if *p != fp => match snapshots.get(&(name_s.clone(), p.as_str().to_string())) {
+                Some((before, kind))
+                    if matches!(kind.as_str(), "incremental_by_unique_key" | "incremental_by_partition")
+                        && !before.is_empty()
+                        && physical.as_deref() != Some(before.as_str()) =>
+                {
+                    Some(DropsKept { from: p.clone(), built: build, forward_only_ok: build && forward_only_accepted(state, env, model, p)? })
+                }
+                _ => None,
+            },
+            _ => None,
+        };
+        if drops_kept.is_some() {
+            decided.same_data[index] = Some(false);
+            decided.changed_columns[index] = None;
+            if let Some(e) = explain.as_mut() {
+                e.column_impact = None;
+            }
+        }
+        // Which models upstream (this one included) `--forward-only` would keep the rows of, so
+        // that this model's data stays what it was: only when nothing else changes it.
+        let kept_by = match change {
+            _ if decided.same_data[index] == Some(true) => BTreeSet::new(),
+            Change::Indirect => dropped_upstream,
+            Change::NonBreaking if drops_kept.as_ref().is_some_and(|d| d.forward_only_ok) => {
+                let unkept: Vec<&ModelName> =
+                    model.body.iter().flat_map(|b| b.refs()).map(|r| &r.target).filter(|t| !decided.same_data(t).unwrap_or(false)).collect();
+                // Its own parents' data kept, or changed only by rebuilds of keyed models above.
+                let mut by = decided.kept_dropped_by_all(&unkept);
+                if unkept.is_empty() || !by.is_empty() {
+                    by.insert(model.name.clone());
+                }
+                by
+            }
+            _ => BTreeSet::new(),
+        };
+        decided.drops_kept[index] = drops_kept.is_some();
+        decided.kept_dropped_by[index] = kept_by;
         let reused_any = reused.is_some();
         let mut kept_done = None;
         let mut undone_outside = None;
@@ -2711,18 +2853,24 @@ fn compute_with(
         };
         // Only where the environment's version is an SCD model (its snapshot's kind says so):
         // the others have no history to lose.
-        let history = match &previous {
+        let mut history = match &previous {
             Some(p) if *p != fp && snapshots.get(&(name_s.clone(), p.as_str().to_string())).is_some_and(|(_, kind)| kind == "scd_type2") => {
                 scd_history(state, env, model, p, &fp, physical.as_deref(), build, options)?
             }
             _ => None,
         };
+        // A history starting over only because a unique-key or partition model upstream is built
+        // anew: the refusal names the choice that keeps it (`--forward-only` on that model).
+        if let Some(h) = history.as_mut().filter(|h| h.fate == HistoryFate::StartsOver) {
+            h.upstream_drops_kept = decided.kept_dropped_by[index].iter().map(ToString::to_string).collect();
+        }
         actions.push(Action {
             name: model.name.clone(),
             kind: model.kind.tag(),
             change,
             reclassified_from,
             history,
+            drops_kept,
             physical,
             previous: previous.filter(|p| *p != fp),
             reused_from: reused.map(|(f, _)| f).filter(|_| existing.is_none()),
@@ -2762,6 +2910,7 @@ fn compute_with(
                 served: decided.served[index].clone(),
                 changed_columns: decided.changed_columns[index].clone(),
                 added_columns: decided.added_columns[index].clone(),
+                kept_dropped_by: decided.kept_dropped_by[index].clone(),
                 done: kept_done,
                 writer_holds: kept_holds,
                 floor,
@@ -2794,6 +2943,7 @@ fn compute_with(
                     column_impact: None,
                 }),
                 history: None,
+                drops_kept: None,
                 new_columns: Vec::new(),
                 metadata: serde_json::Value::Null,
                 repair: None,
@@ -2955,6 +3105,15 @@ struct Decided<'a> {
     rows_change: Vec<bool>,
     /// Non-breaking models: the columns their change added (lower case; `None`: not known).
     added_columns: Vec<Option<BTreeSet<String>>>,
+    /// Unique-key and partition models whose new version is served from another table than the
+    /// one the environment's version filled ([`DropsKept`]): their rows change (`same_data` is
+    /// false), though their columns' data would not.
+    drops_kept: Vec<bool>,
+    /// Models whose data changes only because unique-key or partition models upstream (or the
+    /// model itself) are built anew from their query alone: those models, each of which
+    /// `--forward-only` would keep on its table, keeping this model's data as it was. Empty when
+    /// something else changes it (or nothing does).
+    kept_dropped_by: Vec<BTreeSet<ModelName>>,
 }
 
 impl<'a> Decided<'a> {
@@ -2968,6 +3127,8 @@ impl<'a> Decided<'a> {
             changed_columns: vec![None; n],
             rows_change: vec![false; n],
             added_columns: vec![None; n],
+            drops_kept: vec![false; n],
+            kept_dropped_by: vec![BTreeSet::new(); n],
         }
     }
 
@@ -2979,6 +3140,25 @@ impl<'a> Decided<'a> {
 
     fn rows_change(&self, name: &ModelName) -> bool {
         self.project.dag.position(name).is_some_and(|i| self.rows_change[i])
+    }
+
+    fn drops_kept(&self, name: &ModelName) -> bool {
+        self.project.dag.position(name).is_some_and(|i| self.drops_kept[i])
+    }
+
+    /// The union of the [`Decided::kept_dropped_by`] of `parents` when every one of them has some
+    /// (their data changes only because unique-key or partition models upstream are built anew);
+    /// empty otherwise (something else changes one of them: keeping those rows would not keep
+    /// its data).
+    fn kept_dropped_by_all(&self, parents: &[&ModelName]) -> BTreeSet<ModelName> {
+        let mut out = BTreeSet::new();
+        for q in parents {
+            match self.project.dag.position(q).map(|i| &self.kept_dropped_by[i]) {
+                Some(by) if !by.is_empty() => out.extend(by.iter().cloned()),
+                _ => return BTreeSet::new(),
+            }
+        }
+        out
     }
 
     fn same_data(&self, name: &ModelName) -> Option<bool> {
@@ -3055,9 +3235,30 @@ fn fill_column_impact(project: &Project, actions: &mut [Action]) {
     }
 }
 
-/// Kinds whose new version may keep the old table (`--forward-only`).
+/// Kinds whose new version may keep the old table (`--forward-only`): those whose table holds
+/// more than their query returns now (intervals computed so far, a history, upserted keys,
+/// partitions the query no longer returns), which a new table built from the query alone would
+/// lose.
 fn forward_only_kind(kind: &Kind) -> bool {
-    matches!(kind, Kind::IncrementalByTimeRange(_) | Kind::ScdType2(_))
+    matches!(kind, Kind::IncrementalByTimeRange(_) | Kind::ScdType2(_) | Kind::IncrementalByUniqueKey(_) | Kind::IncrementalByPartition(_))
+}
+
+/// True when `--forward-only` would keep the table of the environment's version `prev` for
+/// `model`'s new version (still to build): a kind that may be forward-only, the same kind and
+/// kind fields, every column of `prev` kept with its type, and — outside `prod` — no other
+/// environment serving that table ([`refuse_shared_history`]). What the plan offers as a way
+/// forward ([`DropsKept::forward_only_ok`]) is what it would accept.
+fn forward_only_accepted(state: &dyn StateStore, env: &str, model: &Model, prev: &Fingerprint) -> Result<bool, PlanError> {
+    if !forward_only_kind(&model.kind) {
+        return Ok(false);
+    }
+    let Some(old) = old_definition(state, &model.name.to_string(), prev.as_str())? else { return Ok(false) };
+    let new_kind = model.kind_payload();
+    let new_schema = declared_schema(model, Some(&old), &BTreeMap::new());
+    Ok(old.kind.get("tag") == new_kind.get("tag")
+        && forward_only_kind_fields(&old.kind) == forward_only_kind_fields(&new_kind)
+        && old.schema.iter().all(|(c, t)| new_schema.iter().any(|(n, nt)| n == c && nt == t))
+        && refuse_shared_history(state, env, &model.name, prev).is_ok())
 }
 
 /// The kind fields a forward-only version must keep. SCD type 2 may change its watch list
@@ -3124,6 +3325,7 @@ fn scd_history(
         copied: None,
         rename_ok: false,
         forward_only_ok: false,
+        upstream_drops_kept: Vec::new(),
     };
     let short = prev.short();
     if physical.is_some_and(|p| p == old.physical) {
@@ -3405,5 +3607,57 @@ mod tests {
         let meta: serde_json::Value = serde_json::from_str(&metadata_text(&m)).unwrap();
         assert_eq!(meta["schema"][1], serde_json::json!(["lvl", "enum('A', 'b')", "exact"]));
         assert_eq!(meta["schema"][0], serde_json::json!(["a", "bigint"]));
+    }
+
+    #[test]
+    fn a_keyed_rebuild_note_offers_forward_only_only_where_it_is_accepted() {
+        let name = ModelName::parse("m.u").unwrap();
+        let fresh = DropsKept { from: Fingerprint::from("ab".repeat(32)), built: true, forward_only_ok: true };
+        let note = fresh.note(&name);
+        assert!(
+            note.starts_with("built from its query alone: rows earlier refreshes kept in the table of @abababababab that the query no longer returns"),
+            "{note}"
+        );
+        assert!(note.ends_with("; `--forward-only m.u` keeps the table"), "{note}");
+        let existing = DropsKept { built: false, forward_only_ok: false, ..fresh };
+        let note = existing.note(&name);
+        assert!(note.starts_with("served from the table of a version that exists already") && !note.contains("--forward-only"), "{note}");
+    }
+
+    #[test]
+    fn forward_only_is_accepted_for_keyed_kinds_only_with_the_same_key_and_columns_only_added() {
+        let store = crate::state::SqliteStore::open_in_memory().unwrap();
+        let old = "a".repeat(64);
+        store
+            .put_snapshot(&crate::state::SnapshotRecord {
+                name: "s.u".into(),
+                fingerprint: old.clone(),
+                fingerprint_version: FINGERPRINT_VERSION,
+                kind: "incremental_by_unique_key".into(),
+                physical: "\"_efmesh\".\"s__u__a\"".into(),
+                canonical: None,
+                rendered_sql: String::new(),
+                metadata: serde_json::json!({ "kind": { "tag": "incremental_by_unique_key", "key": ["id"] }, "schema": [["id", "bigint"], ["v", "bigint"]] }),
+                created_at: interval::to_iso(0),
+            })
+            .unwrap();
+        let keyed = |key: &str, columns: &[(&str, &str)]| {
+            let mut m = model("s.u");
+            m.kind = Kind::IncrementalByUniqueKey(crate::core::UniqueKey { key: vec![key.to_string()] });
+            m.schema = Schema(columns.iter().map(|(n, t)| Column { name: (*n).into(), ty: (*t).into() }).collect());
+            m
+        };
+        let prev = Fingerprint::from(old);
+        let accepted = |m: &Model| forward_only_accepted(&store, "prod", m, &prev).unwrap();
+        assert!(accepted(&keyed("id", &[("id", "BIGINT"), ("v", "BIGINT"), ("w", "VARCHAR")])), "a column added");
+        assert!(!accepted(&keyed("id", &[("id", "BIGINT"), ("v", "VARCHAR")])), "a retyped column");
+        assert!(!accepted(&keyed("id", &[("id", "BIGINT")])), "a dropped column");
+        assert!(!accepted(&keyed("v", &[("id", "BIGINT"), ("v", "BIGINT"), ("w", "VARCHAR")])), "another key");
+        let mut partition = keyed("id", &[("id", "BIGINT"), ("v", "BIGINT")]);
+        partition.kind = Kind::IncrementalByPartition(crate::core::Partitioned { partitioned_by: vec!["id".into()] });
+        assert!(forward_only_kind(&partition.kind) && !accepted(&partition), "another kind");
+        let mut full = keyed("id", &[("id", "BIGINT"), ("v", "BIGINT")]);
+        full.kind = Kind::Full;
+        assert!(!forward_only_kind(&full.kind) && !accepted(&full));
     }
 }

@@ -206,6 +206,18 @@ pub struct IssuedEpoch {
     pub before: i64,
 }
 
+/// Why [`StateStore::import_state`] refuses when the issued engine epoch moved from `given`
+/// (read before `efmesh state import` compared the export with the engine's database) to
+/// `found` (read in the import's transaction): a writer started or finished in between, so
+/// the database may hold writes that comparison did not see; the next attempt compares again.
+pub fn import_race_refusal(given: i64, found: i64) -> String {
+    format!(
+        "an engine epoch was issued while importing (the store's issued epoch moved from {given} to {found} after the import compared the \
+         export with the engine database): an `apply` or `run` wrote tables in between (or another import ran), which that comparison \
+         did not see; run the import again (it compares again)"
+    )
+}
+
 /// The state store's interface: everything plan, apply, the session and the commands read and
 /// write. Implementations keep each write atomic (all or nothing), keep every instant as
 /// ISO-8601 UTC text with milliseconds, and fence writes with the lease set by
@@ -459,20 +471,27 @@ pub trait StateStore: Send + std::fmt::Debug {
     fn export_state(&self) -> Result<dump::StateDump, StateError>;
 
     /// Writes `dump` into this store in ONE transaction (all or nothing): refused, writing
-    /// nothing, when any table of [`dump::TABLES`] holds a row and `replace` is false, or when
+    /// nothing, when any table of [`dump::TABLES`] holds a row and `replace` is false, when
     /// a lease is held that is unexpired at `now` and not stale by `is_stale` (a live apply, run
     /// or janitor; [`lease::is_stale`]: its holder is known gone, killed on this host), the
-    /// refusal naming its holder and expiry ([`lease::import_refusal`]); a stale lease is left
-    /// for the next command that wants it to reclaim. With `replace`, those tables
-    /// and the caches and intents ([`dump::CLEARED_ON_IMPORT`]) are emptied first. Takes the
-    /// document's store id, and a generation past both the store's and the document's (so
-    /// nothing keyed by the old content is reused). Journal and tick ids are kept, and the
-    /// identity counters set past them.
+    /// refusal naming its holder and expiry ([`lease::import_refusal`]), or when the issued
+    /// engine epoch (`meta.epoch_issued`) is no longer `issued` ([`import_race_refusal`]).
+    /// `issued` is the counter the caller read ([`StateStore::epoch_issued`], 0 for a store
+    /// that did not exist yet) BEFORE it compared the document with the engine's database
+    /// (`efmesh state import`'s check that the database holds no later writes): every `apply`
+    /// or `run` writing tables raises the counter before its first write and again at its end,
+    /// under its lock, so a counter unchanged here, with no live lease, means no such writer
+    /// started or finished since that comparison, which therefore still holds (SPEC §4,
+    /// invariant 63). A stale lease is left for the next command that wants it to reclaim.
+    /// With `replace`, those tables and the caches and intents ([`dump::CLEARED_ON_IMPORT`])
+    /// are emptied first. Takes the document's store id, and a generation past both the
+    /// store's and the document's (so nothing keyed by the old content is reused). Journal and
+    /// tick ids are kept, and the identity counters set past them.
     ///
     /// # Errors
-    /// [`StateError::Import`] (not empty, a live lease unexpired at `now`, the store's clock), a
-    /// failed write; nothing is written.
-    fn import_state(&self, dump: &dump::StateDump, replace: bool, now: Millis, is_stale: &dyn Fn(&LeaseRecord) -> bool) -> Result<(), StateError>;
+    /// [`StateError::Import`] (not empty, a live lease unexpired at `now`, the store's clock, an
+    /// epoch issued since `issued`), a failed write; nothing is written.
+    fn import_state(&self, dump: &dump::StateDump, replace: bool, issued: i64, now: Millis, is_stale: &dyn Fn(&LeaseRecord) -> bool) -> Result<(), StateError>;
 
     /// Cached canonical forms of those `keys` that are cached.
     ///
@@ -654,6 +673,16 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// # Errors
     /// The read fails.
     fn ducklake_epoch(&self) -> Result<i64, StateError>;
+
+    /// The store's issued engine epoch counter (`meta.epoch_issued`, see
+    /// [`StateStore::issue_epoch`]): it only grows, and every `apply` or `run` writing tables
+    /// raises it before its first write. `efmesh state import` reads it before comparing the
+    /// export with the engine's database and gives it to [`StateStore::import_state`], which
+    /// refuses when it moved since.
+    ///
+    /// # Errors
+    /// The read fails.
+    fn epoch_issued(&self) -> Result<i64, StateError>;
 
     /// Issues a new engine epoch, atomically (ONE write transaction holding the store's write
     /// lock): `meta.epoch_issued` becomes one more than the largest of itself, the store's epoch

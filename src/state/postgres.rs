@@ -1029,7 +1029,14 @@ impl StateStore for PostgresStore {
         )
     }
 
-    fn import_state(&self, dump: &super::dump::StateDump, replace: bool, now: Millis, is_stale: &dyn Fn(&LeaseRecord) -> bool) -> Result<(), StateError> {
+    fn import_state(
+        &self,
+        dump: &super::dump::StateDump,
+        replace: bool,
+        issued: i64,
+        now: Millis,
+        is_stale: &dyn Fn(&LeaseRecord) -> bool,
+    ) -> Result<(), StateError> {
         use super::dump::{CLEARED_ON_IMPORT, Col, TABLES};
         use postgres::types::ToSql;
         let store = self.location();
@@ -1044,6 +1051,13 @@ impl StateStore for PostgresStore {
                             let detail = super::lease::import_refusal(&held);
                             return Err(Fault::Fail(StateError::Import { store: store.clone(), detail }));
                         }
+                    }
+                    // Under the store's write lock (`meta` locked FOR UPDATE by `write_tx`), as
+                    // every raise of the counter: none commits between this read and ours.
+                    let found: i64 = tx.query_one("SELECT epoch_issued FROM meta", &[])?.try_get(0)?;
+                    if found != issued {
+                        let detail = super::import_race_refusal(issued, found);
+                        return Err(Fault::Fail(StateError::Import { store: store.clone(), detail }));
                     }
                     for t in TABLES {
                         if !replace && tx.query_opt(&format!("SELECT 1 FROM {} LIMIT 1", t.name), &[])?.is_some() {
@@ -1463,6 +1477,10 @@ impl StateStore for PostgresStore {
 
     fn ducklake_epoch(&self) -> Result<i64, StateError> {
         self.run(|| "read the DuckLake epoch".to_string(), || self.read(|c| Ok(c.query_one("SELECT ducklake_epoch FROM meta", &[])?.try_get(0)?)))
+    }
+
+    fn epoch_issued(&self) -> Result<i64, StateError> {
+        self.run(|| "read the issued engine epoch".to_string(), || self.read(|c| Ok(c.query_one("SELECT epoch_issued FROM meta", &[])?.try_get(0)?)))
     }
 
     fn issue_epoch(&self, found: i64) -> Result<super::IssuedEpoch, StateError> {

@@ -1561,7 +1561,14 @@ impl StateStore for SqliteStore {
         )
     }
 
-    fn import_state(&self, dump: &super::dump::StateDump, replace: bool, now: Millis, is_stale: &dyn Fn(&LeaseRecord) -> bool) -> Result<(), StateError> {
+    fn import_state(
+        &self,
+        dump: &super::dump::StateDump,
+        replace: bool,
+        issued: i64,
+        now: Millis,
+        is_stale: &dyn Fn(&LeaseRecord) -> bool,
+    ) -> Result<(), StateError> {
         use super::dump::{CLEARED_ON_IMPORT, TABLES};
         let store = self.location();
         self.run(
@@ -1574,6 +1581,13 @@ impl StateStore for SqliteStore {
                         .collect::<Result<_, _>>()?;
                     if let Some(held) = unexpired.iter().find(|l| !is_stale(l)) {
                         let detail = super::lease::import_refusal(held);
+                        return Err(Fault::Fail(StateError::Import { store: store.clone(), detail }));
+                    }
+                    // Under the store's write lock (IMMEDIATE), as every raise of the counter:
+                    // no writer issues an epoch between this read and the commit.
+                    let found: i64 = tx.prepare("SELECT epoch_issued FROM meta")?.query_row([], |r| r.get(0))?;
+                    if found != issued {
+                        let detail = super::import_race_refusal(issued, found);
                         return Err(Fault::Fail(StateError::Import { store: store.clone(), detail }));
                     }
                     for t in TABLES {
@@ -1918,6 +1932,10 @@ impl StateStore for SqliteStore {
 
     fn ducklake_epoch(&self) -> Result<i64, StateError> {
         self.run(|| "read the DuckLake epoch".to_string(), || Ok(self.conn.prepare_cached("SELECT ducklake_epoch FROM meta")?.query_row([], |r| r.get(0))?))
+    }
+
+    fn epoch_issued(&self) -> Result<i64, StateError> {
+        self.run(|| "read the issued engine epoch".to_string(), || Ok(self.conn.prepare_cached("SELECT epoch_issued FROM meta")?.query_row([], |r| r.get(0))?))
     }
 
     fn issue_epoch(&self, found: i64) -> Result<super::IssuedEpoch, StateError> {

@@ -472,6 +472,10 @@ fn status_check_exit_codes_for_each_state(engine: EngineBackend) {
     let (code, v, text) = status(&p);
     assert_eq!((code, v["lock"]["stale"].as_bool()), (1, Some(true)), "{v:#}");
     assert!(text.contains("the lock `env:prod` is stale: its holder"), "{text}");
+    // Worded for every way a holder leaves its lock: a command that finished but could not
+    // write the release (a full disk) was not killed.
+    assert!(text.contains("did not release it (it stopped, was killed, or could not write the state store; or its host died)"), "{text}");
+    assert!(!text.contains("stopped without finishing"), "{text}");
     // An apply with nothing to do reclaims it too (a dev environment nobody runs would stay red).
     let noop = p.run(&["apply", "prod", "--yes"]);
     noop.expect_code(0);

@@ -243,7 +243,7 @@ fn the_engine_file_stays_locked_until_the_apply_closes_its_connection() {
 /// Runs efmesh with `args` at debug level (logfmt) and the test hook `EFMESH_DELAY=delay`;
 /// once a stderr line satisfies `reached` (asserted to come), runs `meanwhile` with what stderr
 /// said so far, then waits for the process: its exit code and all it wrote on stderr.
-fn run_held(p: &Project, args: &[&str], delay: &str, reached: impl Fn(&str) -> bool, meanwhile: impl FnOnce(&str)) -> (Option<i32>, String) {
+pub(crate) fn run_held(p: &Project, args: &[&str], delay: &str, reached: impl Fn(&str) -> bool, meanwhile: impl FnOnce(&str)) -> (Option<i32>, String) {
     use std::io::BufRead;
     let mut cmd = p.command(&[&["--log-level", "debug", "--log-format", "logfmt"][..], args].concat());
     cmd.env("EFMESH_DELAY", delay).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());

@@ -552,6 +552,54 @@ fn an_export_of_the_engines_moment_imports_and_an_absent_or_unreadable_engine_is
     assert_eq!(p.read("efmesh.duckdb"), "not a database");
 }
 
+/// `state import` of an export of the engine's moment, held between its comparison with the
+/// engine database and its write (the test hook `EFMESH_DELAY=import-after-compare`) while a
+/// restatement and a run of `prod` rewrite day 2 there: the comparison saw no later write, but
+/// the run raised the issued engine epoch the import read before comparing, so the import's
+/// transaction refuses (exit 1, "run the import again", nothing written), on either state
+/// store backend. (Before, it imported: the store called day 2 done as the export describes it
+/// while `prod` served the run's rows, and plan and `status --check` saw nothing.) The store
+/// keeps the run's ledger, which describes what the database holds; run again, the import is
+/// refused as older than the database.
+#[test]
+fn a_run_between_the_imports_comparison_and_its_write_makes_it_refused() {
+    let mut backends = vec![StateBackend::Sqlite];
+    backends.extend(crate::pg::fresh().map(StateBackend::Postgres));
+    for backend in backends {
+        let p = sample_project_on(backend);
+        p.apply("prod");
+        p.run(&["state", "export", "backup.json"]).expect_code(0);
+        let old_rows = p.rows(&env_view("prod", "t.daily"));
+        let mut after_run = None;
+        let (code, seen) = crate::engine_record::run_held(
+            &p,
+            &["state", "import", "backup.json", "--force"],
+            // Long enough for the restatement and the run to finish while the import waits.
+            "import-after-compare=6000",
+            |l| l.contains("test hook: delaying") && l.contains("point=import-after-compare"),
+            |seen| {
+                assert!(!seen.contains("holds writes made after this export"), "compared before the run: {seen}");
+                rewrite_day_2(&p);
+                after_run = Some(p.store().unwrap().export_state().unwrap());
+            },
+        );
+        let after_run = after_run.expect("the run ran while the import waited");
+        assert_eq!(code, Some(1), "{seen}");
+        for wanted in ["cannot import: an engine epoch was issued while importing", "run the import again", "nothing was written"] {
+            assert!(seen.contains(wanted), "{wanted}: {seen}");
+        }
+        assert!(!seen.contains("a command is running"), "the run was done before the import went on: {seen}");
+        assert_eq!(p.store().unwrap().export_state().unwrap(), after_run, "the state store is the run's");
+        assert_ne!(p.rows(&env_view("prod", "t.daily")), old_rows, "the run rewrote day 2");
+        assert_eq!(p.plan("prod")["hasChanges"], Value::Bool(false));
+        p.run(&["status", "prod", "--check"]).expect_code(0);
+        // Again: compared with the run's writes this time, and refused.
+        let r = p.run(&["state", "import", "backup.json", "--force"]);
+        assert!(r.expect_code(1).stderr.contains("holds writes made after this export"), "{r:#?}");
+        assert_eq!(p.store().unwrap().export_state().unwrap(), after_run, "nothing written");
+    }
+}
+
 #[test]
 fn an_export_from_sqlite_imported_into_postgres_plans_a_no_op() {
     let Some(target) = crate::pg::fresh() else { return };

@@ -2,7 +2,10 @@
 //! replaces the partitions (tuples of `partitioned_by`, NULL a value like any other) present in
 //! the query's output by the output's rows of them, and keeps the partitions the output lacks.
 //! The same model in Lua, Rhai and SQL has one fingerprint; its partition columns are hashed.
-//! Load errors name the column, the model and file:line.
+//! Load errors name the column, the model and file:line. A new version is built from its query
+//! alone, which the plan says (`dropsKept`; the `full` child rebuilds rather than reading the
+//! same rows), and `--forward-only` keeps the table and the partitions the query no longer
+//! returns.
 
 use crate::common::*;
 
@@ -25,7 +28,10 @@ define_model {
 }
 "#;
 
-crate::on_every_engine!(run_replaces_exactly_the_partitions_in_the_output_and_keeps_the_others);
+crate::on_every_engine!(
+    run_replaces_exactly_the_partitions_in_the_output_and_keeps_the_others,
+    forward_only_keeps_the_partitions_the_query_no_longer_returns_and_adds_the_column,
+);
 
 fn rows(list: &[&[&str]]) -> Rows {
     let mut r: Rows = list.iter().map(|v| v.iter().map(|x| if *x == "NULL" { None } else { Some(x.to_string()) }).collect()).collect();
@@ -66,6 +72,78 @@ fn run_replaces_exactly_the_partitions_in_the_output_and_keeps_the_others(engine
     // Idempotent: the same source gives the same table.
     p.run(&["run", "dev"]).expect_code(0);
     assert_eq!(p.rows(&view), second);
+}
+
+/// [`MODELS`] with `m.by_region`'s partition block replaced: `item` returned as `sel` and declared
+/// `decl` (`item`/`varchar` as it is).
+fn by_region(decl: &str, sel: &str) -> String {
+    let edited = MODELS.replace(
+        r#"schema = { { "region", "varchar" }, { "item", "varchar" }, { "amount", "bigint" } },
+  query = "SELECT region, item, amount FROM " .. ref(src),"#,
+        &format!(
+            r#"schema = {{ {{ "region", "varchar" }}, {{ "item", "varchar" }}, {{ "amount", "bigint" }}{decl} }},
+  query = "SELECT region, item, amount{sel} FROM " .. ref(src),"#
+        ),
+    );
+    assert!(decl.is_empty() || edited != MODELS);
+    edited
+}
+
+fn forward_only_keeps_the_partitions_the_query_no_longer_returns_and_adds_the_column(engine: EngineBackend) {
+    let p = Project::on_engine(engine);
+    p.write("models/m.lua", MODELS);
+    p.execute_on_engine("CREATE SCHEMA land");
+    p.execute_on_engine("CREATE TABLE land.sales (region VARCHAR, item VARCHAR, amount BIGINT)");
+    p.execute_on_engine("INSERT INTO land.sales VALUES ('a', 'x', 1), ('b', 'y', 3)");
+    p.apply("dev");
+    // The query no longer returns `b`: the run replaces `a` and keeps `b`.
+    p.execute_on_engine("DELETE FROM land.sales");
+    p.execute_on_engine("INSERT INTO land.sales VALUES ('a', 'x', 10)");
+    p.run(&["run", "dev"]).expect_code(0);
+    let view = env_view("dev", "m.by_region");
+    assert_eq!(p.rows(&view), rows(&[&["a", "x", "10"], &["b", "y", "3"]]));
+    let totals = || p.rows(&env_view("dev", "m.totals"));
+    assert_eq!(totals(), rows(&[&["2", "13"]]));
+    let tables = p.physical_tables();
+
+    // A non-breaking added column: the new version would be built from the query alone, without
+    // `b`, and the rollup over it is rebuilt (its parent's rows change), not reused.
+    let loud = by_region(r#", { "loud", "varchar" }"#, ", upper(item) AS loud");
+    p.write("models/m.lua", &loud);
+    let plan = p.plan("dev");
+    let parts = action(&plan, "m.by_region");
+    assert_eq!(parts["change"], "non-breaking", "{plan:#}");
+    assert_eq!((parts["dropsKept"]["built"].as_bool(), parts["dropsKept"]["forwardOnlyOk"].as_bool()), (Some(true), Some(true)), "{plan:#}");
+    let roll = action(&plan, "m.totals");
+    assert_eq!((roll["change"].as_str(), roll["build"].as_bool()), (Some("indirect"), Some(true)), "{plan:#}");
+    assert!(roll["explain"]["reason"].as_str().unwrap_or_default().contains("built anew from its query alone"), "{plan:#}");
+    let text = p.run(&["plan", "dev"]).expect_code(0).stdout.clone();
+    assert!(text.contains("built from its query alone") && text.contains("`--forward-only m.by_region` keeps the table"), "{text}");
+
+    // Forward-only keeps the table: `b` stays, the new column NULL until a refresh writes it;
+    // the rollup keeps its table.
+    let applied = p.run(&["apply", "dev", "--yes", "--json", "--forward-only", "m.by_region"]).expect_code(0).json();
+    assert_eq!(action(&applied, "m.by_region")["change"], "forward-only", "{applied:#}");
+    assert_eq!(action(&applied, "m.totals")["build"], false, "{applied:#}");
+    assert_eq!(p.physical_tables(), tables, "no new table");
+    assert_eq!(p.rows(&view), rows(&[&["a", "x", "10", "NULL"], &["b", "y", "3", "NULL"]]));
+    assert_eq!(totals(), rows(&[&["2", "13"]]));
+    // The next run replaces the partitions the new query returns and keeps `b`.
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(p.rows(&view), rows(&[&["a", "x", "10", "X"], &["b", "y", "3", "NULL"]]));
+    assert_eq!(totals(), rows(&[&["2", "13"]]));
+
+    // A retyped column cannot keep the table: the plan does not offer it.
+    let retyped = loud
+        .replace(r#"{ "amount", "bigint" }, { "loud", "varchar" }"#, r#"{ "amount", "varchar" }, { "loud", "varchar" }"#)
+        .replace("SELECT region, item, amount, upper(item)", "SELECT region, item, CAST(amount AS VARCHAR) AS amount, upper(item)");
+    assert_ne!(retyped, loud);
+    p.write("models/m.lua", &retyped);
+    let plan = p.plan("dev");
+    let parts = action(&plan, "m.by_region");
+    assert_eq!((parts["change"].as_str(), parts["dropsKept"]["forwardOnlyOk"].as_bool()), (Some("breaking"), Some(false)), "{plan:#}");
+    let text = p.run(&["plan", "dev"]).expect_code(0).stdout.clone();
+    assert!(text.contains("built from its query alone") && !text.contains("`--forward-only m.by_region`"), "{text}");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -7,8 +7,12 @@
 //! columns are exposed by the environment view and readable by children, never declared.
 //! History is never discarded without an explicit choice: a new version that would start it over
 //! is named by the plan and refused by `apply --yes` unless `--reset-history` names the model; a
-//! declared `renamed` (Lua, Rhai, SQL) carries every version over; `--forward-only` adds columns
-//! to the kept table.
+//! declared `renamed` (Lua, Rhai, SQL) carries every version over, refused when the type the
+//! query now returns would change a recorded value; `--forward-only` adds columns to the kept
+//! table. Below a unique-key parent built anew from its query alone (the keys its refreshes kept
+//! gone), the history is not reused as if its input were the same (its next run would close
+//! those keys as deleted): the plan rebuilds it, `apply` refuses, and `--forward-only` on the
+//! parent keeps both tables.
 
 use crate::common::*;
 
@@ -36,7 +40,9 @@ crate::on_every_engine!(
     a_changed_key_is_never_offered_forward_only,
     a_forward_only_column_declared_narrower_than_the_query_keeps_its_values_and_opens_nothing_more,
     a_carried_column_declared_narrower_than_the_query_keeps_its_values_and_opens_nothing_more,
+    a_carry_over_that_would_change_recorded_values_is_refused_and_changes_nothing,
     a_watched_json_column_is_refused_at_load_on_postgres_and_applies_on_duckdb,
+    a_history_below_a_unique_key_parent_built_anew_is_refused_instead_of_recording_the_lost_keys_as_deleted,
 );
 
 const T1: &str = "2026-02-10T00:00:00Z";
@@ -333,6 +339,89 @@ fn history_survives_a_non_breaking_parent_edit(engine: EngineBackend) {
     assert_eq!(history(&p), vec![r("1", "cardio", "house", T1, Some(T2)), r("1", "icu", "house", T2, None), r("2", "neuro", "grey", T1, None)]);
 }
 
+/// `raw.assign` → `m.base` (unique-key by patient: it keeps the patients the source drops;
+/// `with_ward` adds a column, a non-breaking edit) → `m.assign` (scd_type2 by patient) and `m.cur`
+/// (unique-key by patient, a sibling of the history over the same parent).
+fn keyed_parent_models(with_ward: bool) -> String {
+    let (col, sel) = if with_ward { (r#", { "ward", "varchar" }"#, ", upper(dept) AS ward") } else { ("", "") };
+    format!(
+        r#"
+local raw = define_model {{
+  name = "raw.assign", kind = kind.external {{ table = "land.assign" }},
+  schema = {{ {{ "patient", "bigint" }}, {{ "dept", "varchar" }}, {{ "doctor", "varchar" }} }},
+}}
+local base = define_model {{
+  name = "m.base", kind = kind.incremental_by_unique_key {{ key = "patient" }},
+  schema = {{ {{ "patient", "bigint" }}, {{ "dept", "varchar" }}, {{ "doctor", "varchar" }}{col} }},
+  query = "SELECT patient, dept, doctor{sel} FROM " .. ref(raw),
+}}
+define_model {{
+  name = "m.assign", kind = kind.scd_type2 {{ key = "patient" }},
+  schema = {{ {{ "patient", "bigint" }}, {{ "dept", "varchar" }}, {{ "doctor", "varchar" }} }},
+  query = "SELECT patient, dept, doctor FROM " .. ref(base),
+}}
+define_model {{
+  name = "m.cur", kind = kind.incremental_by_unique_key {{ key = "patient" }},
+  schema = {{ {{ "patient", "bigint" }} }},
+  query = "SELECT patient FROM " .. ref(base),
+}}
+"#
+    )
+}
+
+fn a_history_below_a_unique_key_parent_built_anew_is_refused_instead_of_recording_the_lost_keys_as_deleted(engine: EngineBackend) {
+    let mut p = Project::on_engine(engine);
+    p.now = T1.into();
+    set_assign(&p, "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+    p.write("models/m.lua", &keyed_parent_models(false));
+    p.apply("dev");
+    // T2: patient 2 leaves the source. `m.base` keeps it (an upsert never deletes), so the
+    // history keeps it open and `m.cur` keeps it too.
+    p.now = T2.into();
+    set_assign(&p, "patient,dept,doctor\n1,cardio,house\n");
+    p.run(&["run", "dev"]).expect_code(0);
+    let both_open = vec![r("1", "cardio", "house", T1, None), r("2", "neuro", "grey", T1, None)];
+    assert_eq!(history(&p), both_open);
+    let cur = |p: &Project| p.rows(&env_view("dev", "m.cur"));
+    assert_eq!(cur(&p), vec![vec![Some("1".to_string())], vec![Some("2".to_string())]]);
+
+    // T3: `m.base` gains a column. Its new version, built from its query alone, lacks patient 2:
+    // the history below it is not reused as if its input were the same.
+    p.now = T3.into();
+    p.write("models/m.lua", &keyed_parent_models(true));
+    let plan = p.plan("dev");
+    let base = action(&plan, "m.base");
+    assert_eq!((base["change"].as_str(), base["dropsKept"]["built"].as_bool()), (Some("non-breaking"), Some(true)), "{plan:#}");
+    let scd = action(&plan, "m.assign");
+    assert_eq!((scd["change"].as_str(), scd["build"].as_bool()), (Some("indirect"), Some(true)), "{plan:#}");
+    assert!(scd.get("reusedFrom").is_none(), "{plan:#}");
+    assert_eq!(scd["history"]["fate"], "starts-over", "{plan:#}");
+    assert_eq!(scd["history"]["upstreamDropsKept"], serde_json::json!(["m.base"]), "{plan:#}");
+    assert!(scd["explain"]["reason"].as_str().unwrap_or_default().contains("parent `m.base`, built anew from its query alone"), "{plan:#}");
+    let sibling = action(&plan, "m.cur");
+    assert_eq!(sibling["build"], true, "{plan:#}");
+    let text = p.run(&["plan", "dev"]).expect_code(0).stdout.clone();
+    assert!(text.contains("apply refuses this: ") && text.contains("keep the rows kept upstream (and this table) with `--forward-only m.base`"), "{text}");
+    // `apply --yes` refuses: the history would start over.
+    let refused = p.run(&["apply", "dev", "--yes"]);
+    refused.expect_code(1);
+    let why = &refused.stderr;
+    assert!(why.contains("scd_type2 model `m.assign`") && why.contains("`--forward-only m.base`") && why.contains("`--reset-history m.assign`"), "{why}");
+    assert_eq!(history(&p), both_open, "nothing was done");
+
+    // Forward-only on the parent keeps its table and patient 2: the history and the sibling keep
+    // their tables, and the next run closes nothing.
+    let applied = p.run(&["apply", "dev", "--yes", "--json", "--forward-only", "m.base"]).expect_code(0).json();
+    assert_eq!(action(&applied, "m.base")["change"], "forward-only", "{applied:#}");
+    let scd = action(&applied, "m.assign");
+    assert!(scd.get("reusedFrom").is_some() && scd["history"]["fate"] == "kept", "{applied:#}");
+    assert!(action(&applied, "m.cur").get("reusedFrom").is_some(), "{applied:#}");
+    p.now = T4.into();
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(history(&p), both_open, "patient 2 was dropped by no one: its version stays open");
+    assert_eq!(cur(&p), vec![vec![Some("1".to_string())], vec![Some("2".to_string())]]);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Languages, fingerprints, load errors
 
@@ -423,6 +512,31 @@ fn load_errors_name_the_column_the_model_and_the_line() {
     r.expect_code(1);
     let out = format!("{}{}", r.stdout, r.stderr);
     assert!(out.contains("models/x.lua:1: model `m.x`: column `valid_to` is managed by kind `scd_type2` and cannot be declared"), "{}", out);
+}
+
+/// A column name with a space, double-quoted in `-- kind:` as it is in `-- schema:`, keeps its
+/// quotes there (values are bare words or `'quoted strings'`): the load error's hint says to
+/// single-quote it (it said "did you mean `order id`?", a spelling the header has no way to
+/// write with double quotes), and single-quoted it loads.
+#[test]
+fn a_double_quoted_key_in_a_sql_header_is_hinted_in_single_quotes() {
+    let p = Project::new();
+    p.write("efmesh.toml", "# defaults\n");
+    let schema = "-- schema: \"order id\" bigint, b varchar, v integer\n";
+    let model = |key: &str| format!("-- name: m.k\n-- kind: scd_type2(key = {key})\n{schema}SELECT 1 AS \"order id\", 'x' AS b, 2 AS v\n");
+    p.write("models/k.sql", &model(r#"["order id", b]"#));
+    let r = p.run(&["check"]);
+    r.expect_code(1);
+    let out = format!("{}{}", r.stdout, r.stderr);
+    for needle in [
+        "models/k.sql:1: model `m.k`: key column `\"order id\"` of kind `scd_type2` is not declared in the schema",
+        "hint: in `-- kind:` double quotes are part of the name: quote a column name with single quotes there, `'order id'`",
+    ] {
+        assert!(out.contains(needle), "{needle:?} missing:\n{out}");
+    }
+    assert!(!out.contains("did you mean"), "{out}");
+    p.write("models/k.sql", &model("['order id', b]"));
+    p.run(&["check"]).expect_code(0);
 }
 
 fn the_contract_checks_the_query_against_the_declared_columns_only(engine: EngineBackend) {
@@ -743,6 +857,9 @@ fn a_version_a_new_environment_built_empty_does_not_replace_prods_history(engine
     // prod's history is not in that table: promoting it would discard prod's history.
     let plan = p.plan("prod");
     assert_eq!(action(&plan, "m.assign")["history"]["fate"], "starts-over", "{plan:#}");
+    // The plan's one way forward is one sentence (it read "apply refuses this: or `--reset-history …`").
+    let text = p.run(&["plan", "prod"]).expect_code(0).stdout.clone();
+    assert!(text.contains("      apply refuses this: start it over with `--reset-history m.assign`\n"), "{text}");
     let before = (history_in(&p, "prod", "doctor"), p.physical_tables(), p.state_summary());
     let r = p.run(&["apply", "prod", "--yes"]);
     r.expect_code(1);
@@ -924,6 +1041,89 @@ fn a_carried_column_declared_narrower_than_the_query_keeps_its_values_and_opens_
     p.now = T4.into();
     p.run(&["run", "dev"]).expect_code(0);
     assert_eq!(shares(&p, "dev", "quarter"), ("2".to_string(), "2".to_string()), "runs over unchanged rows opened versions");
+}
+
+/// `.sql` models over the engine table `land.vals` (id, name, v `decimal(18,4)`): `raw.vals` and
+/// `m.hist` (scd_type2 by id), whose `-- kind:` options are `opts` and whose query selects
+/// `select` from it.
+fn vals_models(p: &Project, opts: &str, schema: &str, select: &str) {
+    p.write("models/vals.sql", "-- name: raw.vals\n-- kind: external(table = land.vals)\n-- schema: id bigint, name varchar, v decimal(18,4)\n");
+    let hist = format!("-- name: m.hist\n-- kind: scd_type2(key = id{opts})\n-- schema: {schema}\n-- refs: raw.vals\nSELECT {select} FROM @ref(raw.vals)\n");
+    p.write("models/hist.sql", &hist);
+}
+
+/// Rows of dev's view of `m.hist`, its second column read as `second`, as text, by id then
+/// valid_from.
+fn vals_history(p: &Project, second: &str) -> Rows {
+    p.query(&format!(
+        "SELECT CAST(id AS VARCHAR), {second}, CAST(v AS VARCHAR), CAST(valid_from AS VARCHAR), CAST(valid_to AS VARCHAR) FROM {} ORDER BY id, valid_from",
+        env_view("dev", "m.hist")
+    ))
+}
+
+/// A carried history is copied with the types the query now returns: a query that narrows a
+/// column (`CAST(v AS decimal(10,2))` over a history of `decimal(18,4)`) rewrote recorded values
+/// (`1.2345` became `1.23` in a closed version), apply exiting 0 with `history carried over`. It
+/// is refused before anything is copied (exit 1, the model's file:line, the column, both types,
+/// an example, the ways forward; views, tables and state unchanged), as a staged value the table
+/// cannot hold is; returning the type the history stores carries every value over unchanged.
+/// On Postgres a cast to `varchar(1)` cuts text silently: refused the same way.
+fn a_carry_over_that_would_change_recorded_values_is_refused_and_changes_nothing(engine: EngineBackend) {
+    let mut p = Project::on_engine(engine);
+    p.write("efmesh.toml", &p.config_with("").replace("models/**/*.lua", "models/**/*.{lua,rhai,sql}"));
+    p.now = T1.into();
+    p.execute_on_engine("CREATE SCHEMA IF NOT EXISTS land");
+    p.execute_on_engine("CREATE TABLE land.vals (id BIGINT, name VARCHAR, v DECIMAL(18,4))");
+    p.execute_on_engine("INSERT INTO land.vals VALUES (1, 'a', 1.2345), (2, 'bo', 2.5)");
+    vals_models(&p, "", "id bigint, name varchar, v decimal(18,4)", "id, name, v");
+    p.apply("dev");
+    // T2: id 1 changes to a value `decimal(10,2)` holds: only the closed version's 1.2345 does not fit.
+    p.now = T2.into();
+    p.execute_on_engine("UPDATE land.vals SET v = 1.25 WHERE id = 1");
+    p.run(&["run", "dev"]).expect_code(0);
+    let before = vals_history(&p, "name");
+    assert_eq!(before.len(), 3, "{before:?}");
+    assert_eq!(before[0][2].as_deref(), Some("1.2345"), "{before:?}");
+
+    // T3: `name` renamed `label` (declared), and the query narrows `v`.
+    p.now = T3.into();
+    let renamed = ", renamed = {name = label}";
+    let schema = "id bigint, label varchar, v decimal(18,4)";
+    vals_models(&p, renamed, schema, "id, name AS label, CAST(v AS decimal(10,2)) AS v");
+    assert_eq!(action(&p.plan("dev"), "m.hist")["history"]["fate"], "carried");
+    let state = (p.physical_tables(), p.state_summary());
+    let (wide, narrow) = if p.on_postgres() { ("NUMERIC(18,4)", "NUMERIC(10,2)") } else { ("DECIMAL(18,4)", "DECIMAL(10,2)") };
+    let r = p.run(&["apply", "dev", "--yes"]);
+    r.expect_code(1);
+    for needle in [
+        "models/hist.sql:1: model `m.hist`: cannot carry the history of @".to_string(),
+        format!("column `v` is stored there as `{wide}`, but the new version's table would store it as `{narrow}`"),
+        "which would change 1 of its recorded values (e.g. 1.2345 → 1.23)".to_string(),
+        "nothing of this model was written".to_string(),
+        format!("hint: have the query return the column as `{wide}`"),
+        "remove `renamed` from the kind and apply with `--reset-history m.hist`".to_string(),
+    ] {
+        assert!(r.stderr.contains(&needle), "{needle:?} missing:\n{}", r.stderr);
+    }
+    assert_eq!(vals_history(&p, "name"), before, "dev still serves the old version, values unchanged");
+    assert_eq!((p.physical_tables(), p.state_summary()), state, "nothing built, nothing recorded");
+
+    if p.on_postgres() {
+        // `varchar(1)` cuts `bo` to `b` on Postgres (DuckDB's `VARCHAR(1)` is a `VARCHAR`).
+        vals_models(&p, renamed, schema, "id, CAST(name AS varchar(1)) AS label, v");
+        let r = p.run(&["apply", "dev", "--yes"]);
+        r.expect_code(1);
+        for needle in ["column `label` (`name` in @", "as `VARCHAR(1)`", "which would change 1 of its recorded values (e.g. bo → b)"] {
+            assert!(r.stderr.contains(needle), "{needle:?} missing:\n{}", r.stderr);
+        }
+        assert_eq!(vals_history(&p, "name"), before);
+    }
+
+    // Returned as the history stores it, every value is carried over unchanged.
+    vals_models(&p, renamed, schema, "id, name AS label, CAST(CAST(v AS decimal(10,2)) AS decimal(18,4)) AS v");
+    let applied = p.apply("dev");
+    assert_eq!(action(&applied, "m.hist")["history"]["fate"], "carried", "{applied:#}");
+    assert_eq!(vals_history(&p, "label"), before, "every version carried over with its recorded values");
 }
 
 /// Postgres's `json` type has no equality operator: an `scd_type2` model watching a `json`

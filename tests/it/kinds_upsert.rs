@@ -2,7 +2,9 @@
 //! rows by key (changed rows replaced, new rows added, rows absent from the query kept), a NULL or
 //! duplicate key is refused with the table unchanged, and the kind is the same model (same
 //! fingerprint) in Lua, Rhai and SQL. `run` refuses to touch an environment the project differs
-//! from. Load errors name the column, the model and file:line.
+//! from. Load errors name the column, the model and file:line. A new version is built from its
+//! query alone, which the plan says (`dropsKept`); `--forward-only` keeps the table and the rows
+//! earlier refreshes kept.
 
 use crate::common::*;
 
@@ -54,6 +56,8 @@ crate::on_every_engine_and_state_backend!(
     run_also_computes_missing_intervals_of_time_range_models,
     a_key_change_is_a_breaking_change_that_rebuilds,
     a_blocking_audit_rolls_back_a_run_upsert_and_an_scd_reconcile,
+    a_new_version_built_from_its_query_alone_is_reported_as_dropping_the_kept_rows,
+    forward_only_keeps_the_rows_earlier_refreshes_kept_and_adds_the_column,
 );
 
 crate::on_every_engine!(a_composite_key_upserts_from_an_engine_table_changed_between_runs);
@@ -356,4 +360,75 @@ define_model {
     r.expect_code(1);
     assert!(r.stderr.contains("models/m.lua:2") && r.stderr.contains("column `hr`") && r.stderr.contains("would change 2 of its values"), "{}", r.stderr);
     assert!(p.state().env_pointers("dev").unwrap().is_empty(), "dev was promoted");
+}
+
+/// [`MODELS`] with `m.latest` returning one more column, `loud` (the name in capitals): a
+/// non-breaking edit.
+fn with_loud() -> String {
+    let edited = MODELS.replace(
+        r#"schema = { { "id", "bigint" }, { "name", "varchar" }, { "score", "bigint" } },
+  query = "SELECT id, name, score * 10 AS score FROM " .. ref(src),"#,
+        r#"schema = { { "id", "bigint" }, { "name", "varchar" }, { "score", "bigint" }, { "loud", "varchar" } },
+  query = "SELECT id, name, score * 10 AS score, upper(name) AS loud FROM " .. ref(src),"#,
+    );
+    assert_ne!(edited, MODELS);
+    edited
+}
+
+/// Applies [`MODELS`] to `dev` over ann and bob, then runs it after bob left the source and cyd
+/// arrived: the table keeps bob (an upsert never deletes).
+fn kept_bob(backend: StateBackend, engine: EngineBackend) -> Project {
+    let p = project_on(backend, engine, "id,name,score\n1,ann,1\n2,bob,2\n");
+    p.apply("dev");
+    set_src(&p, "id,name,score\n1,ann,1\n3,cyd,3\n");
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(p.rows(&env_view("dev", "m.latest")), rows(&[&["1", "ann", "10"], &["2", "bob", "20"], &["3", "cyd", "30"]]));
+    p
+}
+
+fn a_new_version_built_from_its_query_alone_is_reported_as_dropping_the_kept_rows(backend: StateBackend, engine: EngineBackend) {
+    let p = kept_bob(backend, engine);
+    p.write("models/m.lua", &with_loud());
+    let plan = p.plan("dev");
+    let a = action(&plan, "m.latest");
+    assert_eq!((a["change"].as_str(), a["build"].as_bool()), (Some("non-breaking"), Some(true)), "{plan:#}");
+    let from = a["previous"].as_str().expect("the environment's version");
+    assert_eq!(a["dropsKept"], serde_json::json!({"from": from, "built": true, "forwardOnlyOk": true}), "{plan:#}");
+    let text = p.run(&["plan", "dev"]).expect_code(0).stdout.clone();
+    let line = text.lines().find(|l| l.contains("m.latest")).unwrap_or_default();
+    assert!(
+        line.contains("built from its query alone: rows earlier refreshes kept in the table of @")
+            && line.contains("that the query no longer returns are not in the new version; `--forward-only m.latest` keeps the table"),
+        "{text}"
+    );
+    // Applied as planned, the new table holds what the query returns now: bob is gone.
+    p.apply("dev");
+    assert_eq!(p.rows(&env_view("dev", "m.latest")), rows(&[&["1", "ann", "10", "ANN"], &["3", "cyd", "30", "CYD"]]));
+    // The environment serves that version now: nothing more to say.
+    let after = p.plan("dev");
+    assert!(action(&after, "m.latest").get("dropsKept").is_none(), "{after:#}");
+}
+
+fn forward_only_keeps_the_rows_earlier_refreshes_kept_and_adds_the_column(backend: StateBackend, engine: EngineBackend) {
+    let p = kept_bob(backend, engine);
+    let view = env_view("dev", "m.latest");
+    let tables = p.physical_tables();
+    p.write("models/m.lua", &with_loud());
+    let applied = p.run(&["apply", "dev", "--yes", "--json", "--forward-only", "m.latest"]).expect_code(0).json();
+    let a = action(&applied, "m.latest");
+    assert_eq!(a["change"], "forward-only", "{applied:#}");
+    assert_eq!(a["build"], false, "{applied:#}");
+    assert!(a.get("reusedFrom").is_some() && a.get("dropsKept").is_none(), "{applied:#}");
+    assert_eq!(p.physical_tables(), tables, "the old table is kept, no new one");
+    // The rows earlier refreshes kept stay, bob included; the new column is NULL in them (the
+    // apply does not refresh the model).
+    assert_eq!(p.rows(&view), rows(&[&["1", "ann", "10", "NULL"], &["2", "bob", "20", "NULL"], &["3", "cyd", "30", "NULL"]]));
+    // The next refresh upserts what the new query returns into the kept table: bob stays.
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(p.rows(&view), rows(&[&["1", "ann", "10", "ANN"], &["2", "bob", "20", "NULL"], &["3", "cyd", "30", "CYD"]]));
+    // A changed key cannot keep the table.
+    p.write("models/m.lua", &with_loud().replace(r#"key = "id""#, r#"key = { "id", "name" }"#));
+    let r = p.run(&["apply", "dev", "--yes", "--forward-only", "m.latest"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("`--forward-only m.latest`: its kind changed"), "{}", r.stderr);
 }

@@ -837,6 +837,30 @@ fn a_kill_between_the_stamp_and_its_record_leaves_the_file_ahead_and_accepted() 
     assert_eq!((stamped_epoch(&p), p.state().engine_epoch().unwrap()), (4, 4));
 }
 
+/// An apply whose closing record of the epoch fails after the stamp (a full disk; the test hook
+/// `EFMESH_STATE_FAIL=record-epoch:after-epoch-stamp:refused`) exits 0 — its data and ledger are
+/// written, and the database ahead of the store is accepted, as after a kill between the two —
+/// and warns what happened: the database stamped, the store not recording it (never "the engine
+/// epoch was not raised"). The next plan accepts it, and the next write records a higher epoch
+/// in both.
+#[test]
+fn a_failed_record_of_the_closing_epoch_says_the_database_was_stamped_and_is_accepted() {
+    let p = sample_project();
+    let out = p.command(&["apply", "dev", "--yes"]).env("EFMESH_STATE_FAIL", "record-epoch:after-epoch-stamp:refused").output().expect("spawn efmesh");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("the engine database was stamped with epoch 2 at the end of this command, but the state store did not record it"), "{stderr}");
+    assert!(stderr.contains("the state write `record-epoch:after-epoch-stamp` failed"), "the closing record failed: {stderr}");
+    // The warning names the cause (a full disk's "database or disk is full"; the hook's here).
+    assert!(stderr.contains("the database is ahead of the store") && stderr.contains("the connection was closed before the answer came"), "{stderr}");
+    assert!(!stderr.contains("was not raised"), "{stderr}");
+    assert_eq!((stamped_epoch(&p), p.state().engine_epoch().unwrap()), (2, 1));
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+    p.run(&["restate", "dev", "--model", "t.daily", "--from", "2026-01-02", "--to", "2026-01-03"]).expect_code(0);
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!((stamped_epoch(&p), p.state().engine_epoch().unwrap()), (4, 4));
+}
+
 /// Two projects, each with its own DuckDB file and one full model (`a.x`, `b.y`), sharing the
 /// first one's SQLite state store: two machines with one state store.
 fn two_databases_one_store() -> (Project, Project) {

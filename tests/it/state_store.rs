@@ -79,6 +79,7 @@ on_every_backend!(
     every_store_has_its_own_identity_shared_by_its_handles,
     a_recorded_refresh_is_the_newest_done_end_and_moves_no_data_generation,
     an_import_never_lowers_the_issued_epoch_counter,
+    an_import_is_refused_when_an_epoch_was_issued_since_the_counter_it_was_given,
     dropping_an_environment_deletes_its_run_ticks_and_creating_it_again_starts_with_none,
 );
 
@@ -665,10 +666,41 @@ fn an_import_never_lowers_the_issued_epoch_counter(b: &dyn Backend) {
         store.issue_epoch(0).unwrap();
     }
     assert_eq!(store.export_state().unwrap().epoch_issued, 5);
-    store.import_state(&older, true, now_millis(), &|_| false).unwrap();
+    store.import_state(&older, true, store.epoch_issued().unwrap(), now_millis(), &|_| false).unwrap();
     assert_eq!(store.engine_epoch().unwrap(), 1, "the export's epoch is the store's");
     let next = store.issue_epoch(0).unwrap();
     assert_eq!((next.epoch, next.before), (6, 5), "no number is issued twice");
+}
+
+/// `state import` reads the issued counter before comparing the export with the engine's
+/// database and gives it to the import: an epoch issued since (a writer's opening raise, or its
+/// closing record, from another handle) refuses the import in its transaction, naming both
+/// values and the way out, and nothing is written; given the counter as it is, it imports.
+fn an_import_is_refused_when_an_epoch_was_issued_since_the_counter_it_was_given(b: &dyn Backend) {
+    let (store, writer) = (b.open(), b.open());
+    store.issue_epoch(0).unwrap();
+    store.record_engine_epoch(1, None).unwrap();
+    let older = store.export_state().unwrap();
+    let given = store.epoch_issued().unwrap();
+    assert_eq!(given, 1);
+    // A writer's opening raise between the comparison and the import.
+    assert_eq!(writer.issue_epoch(0).unwrap().epoch, 2);
+    let before = store.export_state().unwrap();
+    let err = store.import_state(&older, true, given, now_millis(), &|_| false).unwrap_err();
+    assert!(matches!(err, StateError::Import { .. }), "{err:?}");
+    let message = err.to_string();
+    for wanted in ["the store's issued epoch moved from 1 to 2", "run the import again", "nothing was written"] {
+        assert!(message.contains(wanted), "{wanted}: {message}");
+    }
+    assert_eq!(store.export_state().unwrap(), before, "nothing written");
+    // Its closing record alone moves the counter too.
+    let given = store.epoch_issued().unwrap();
+    writer.record_engine_epoch(3, None).unwrap();
+    let err = store.import_state(&older, true, given, now_millis(), &|_| false).unwrap_err();
+    assert!(err.to_string().contains("moved from 2 to 3"), "{err}");
+    // The counter as it is: imported (the export's epoch, the counter kept).
+    store.import_state(&older, true, store.epoch_issued().unwrap(), now_millis(), &|_| false).unwrap();
+    assert_eq!((store.engine_epoch().unwrap(), store.epoch_issued().unwrap()), (1, 3));
 }
 
 // ---- Postgres only ----
