@@ -1766,10 +1766,13 @@ pub fn audits_shared_tables(model: &crate::core::Model) -> bool {
         && matches!(model.kind, crate::core::Kind::Full | crate::core::Kind::Seed(_) | crate::core::Kind::IncrementalByTimeRange(_))
 }
 
-/// The environments in `others` serving a version of `model` on the table `physical` under
+/// `prod`, when it is in `others` and serves a version of `model` on the table `physical` under
 /// audits lacking one of `model`'s: an added audit only refuses more (SPEC §4 invariant 17), so
-/// such an environment (`prod`, as a rule) writes the table under its own audits, and the rows it
-/// writes are served here without these having seen them.
+/// `prod` writes the table under its own audits, and the rows its runs write are served by the
+/// other environments sharing it without these having seen them. Only `prod`: it is the
+/// environment whose runs write a table it shares (an environment lacking one of `prod`'s audits
+/// leaves it to `prod`, and two environments other than `prod` sharing a version under other
+/// settings are not covered, invariant 17), so `prod` itself is never told of another's audits.
 pub fn sharing_under_other_audits<'a>(
     model: &crate::core::Model,
     physical: &str,
@@ -1780,6 +1783,7 @@ pub fn sharing_under_other_audits<'a>(
     let ours: Vec<serde_json::Value> = model.audits.iter().map(crate::core::audit::Audit::metadata).collect();
     others
         .iter()
+        .filter(|(env, _, _)| env == crate::core::name::PROD)
         .filter(|(_, pointers, metadata)| {
             pointers.get(&name).and_then(|fp| index.get(&(name.clone(), fp.clone()))).is_some_and(|(p, _)| p == physical) && {
                 let theirs = metadata.get(&name).and_then(|t| serde_json::from_str::<serde_json::Value>(t).ok()).unwrap_or_default();
@@ -1807,8 +1811,8 @@ pub fn passed_on_current_data(state: &dyn StateStore, model: &crate::core::Model
     Ok(Some((state.audit_pass(&name, fp)?.is_some_and(|p| p.digest == digest && p.generation == g), g)))
 }
 
-/// In `run`: the audits of each version `plan.env` serves from a table another environment also
-/// serves and writes under other audits ([`sharing_under_other_audits`]), over the whole table,
+/// In `run` of an environment other than `prod`: the audits of each version `plan.env` serves
+/// from a table `prod` also serves and writes under other audits ([`sharing_under_other_audits`]), over the whole table,
 /// unless they passed on its current data ([`passed_on_current_data`]); rows that environment
 /// wrote would otherwise be served here unaudited while `plan` says nothing changed. A pass is
 /// recorded as the promotion's are. Returns the failed results (added to `report`) and the
@@ -1830,7 +1834,7 @@ fn shared_table_audits(
         .filter(|(m, _)| audits_shared_tables(m))
         .collect();
     let (mut failures, mut writers) = (Vec::new(), BTreeSet::new());
-    let others = if audited.is_empty() { Vec::new() } else { others_served(state, &plan.env)? };
+    let others = if audited.is_empty() || plan.env == crate::core::name::PROD { Vec::new() } else { others_served(state, &plan.env)? };
     if others.is_empty() {
         return Ok((failures, Vec::new()));
     }

@@ -545,7 +545,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             (crate::apply::audits_shared_tables(m) && served_metadata.get(n).is_some_and(|t| *t == crate::plan::metadata_text(m))).then_some((m, fp))
         })
         .collect();
-    if !shared.is_empty() {
+    if !shared.is_empty() && env != crate::core::name::PROD {
         let others = crate::apply::others_served(&*state, env)?;
         let index = if others.is_empty() { Default::default() } else { state.snapshot_index()? };
         for (m, fp) in shared {

@@ -7,9 +7,9 @@
 //!   columns; descendants rebuild.
 //! - `non-breaking`: only new output columns were added to the top-level projection (anywhere in
 //!   it) and declared in the schema; nothing else changed. Descendants keep their physical tables
-//!   — except below a unique-key or partition model whose new version is served from another
-//!   table: it lacks the rows the old table's refreshes kept, so its rows changed
-//!   (`super::DropsKept`).
+//!   — except an `scd_type2` model below a unique-key or partition model whose new version is
+//!   served from another table: it lacks the rows the old table's refreshes kept, so its rows
+//!   changed (`super::DropsKept`).
 //! - `indirect`: the model's own definition is unchanged, a parent changed. It keeps its physical
 //!   table when every changed parent leaves existing columns identical (non-breaking,
 //!   forward-only, metadata, or indirect with reuse; not a keyed parent that lost its kept rows);

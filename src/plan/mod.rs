@@ -2325,10 +2325,14 @@ fn compute_with(
                     // breaks this model only when it reads one of them (lineage certain).
                     let mut unread: Vec<(String, Vec<String>)> = Vec::new();
                     let mut lineage_of: Option<lineage::ModelLineage> = None;
+                    // An SCD type 2 model reconciled over a unique-key or partition parent built
+                    // anew from its query alone ([`DropsKept`]) would close the keys it lost.
+                    let scd = matches!(model.kind, Kind::ScdType2(_));
                     let breaking_names: Vec<&ModelName> = changed_parents
                         .iter()
                         .filter(|q| {
                             !decided.same_data(q).unwrap_or(false)
+                                || (scd && decided.drops_kept(q))
                                 || (decided.category(q) == Some(Change::NonBreaking) && {
                                     let sees = sees_added(q);
                                     sees_new_columns |= sees;
@@ -2350,9 +2354,10 @@ fn compute_with(
                     // Parents whose only change of data is that they are unique-key or partition
                     // models built anew from their query alone, without the rows their refreshes
                     // kept ([`DropsKept`]): their rows change though their columns' data would
-                    // not, so this model rebuilds (an SCD type 2 model, reconciled over the new
-                    // parent table, would record the keys it lost as deleted).
-                    let dropping = !reads_star && !sees_new_columns && !breaking_names.is_empty() && breaking_names.iter().all(|q| decided.drops_kept(q));
+                    // not, so this SCD type 2 model rebuilds (reconciled over the new parent table,
+                    // it would record the keys it lost as deleted).
+                    let dropping =
+                        scd && !reads_star && !sees_new_columns && !breaking_names.is_empty() && breaking_names.iter().all(|q| decided.drops_kept(q));
                     dropped_upstream = decided.kept_dropped_by_all(&breaking_names);
                     let cascade: Vec<String> = changed_parents.iter().map(|q| q.to_string()).collect();
                     // A `full` table built from a parent's older version lacks the intervals its
@@ -2695,9 +2700,11 @@ fn compute_with(
         // A unique-key or partition version on a table the environment's version filled (a build
         // is its first refresh) replaced by one served from another table: what earlier refreshes
         // kept there (keys, partitions the query no longer returns) is not served any more. Its
-        // rows change though its columns' data would not: its children are judged as under a
-        // change of its data (never as reading the same rows: an SCD type 2 child reconciled over
-        // the new table would record the keys it lost as deleted), and the plan says so.
+        // rows change though its columns' data would not, and the plan says so. Its `scd_type2`
+        // children are judged as under a change of its data (an SCD child reconciled over the new
+        // table would record the keys it lost as deleted); its other children keep their tables as
+        // under any change keeping its columns' data (a time-range model's done intervals never
+        // follow its parent's current rows, a keyed child never deletes by absence).
         let drops_kept = match &previous {
             Some(p) if *p != fp => match snapshots.get(&(name_s.clone(), p.as_str().to_string())) {
                 Some((before, kind))
@@ -2711,17 +2718,10 @@ fn compute_with(
             },
             _ => None,
         };
-        if drops_kept.is_some() {
-            decided.same_data[index] = Some(false);
-            decided.changed_columns[index] = None;
-            if let Some(e) = explain.as_mut() {
-                e.column_impact = None;
-            }
-        }
         // Which models upstream (this one included) `--forward-only` would keep the rows of, so
         // that this model's data stays what it was: only when nothing else changes it.
         let kept_by = match change {
-            _ if decided.same_data[index] == Some(true) => BTreeSet::new(),
+            _ if decided.same_data[index] == Some(true) && drops_kept.is_none() => BTreeSet::new(),
             Change::Indirect => dropped_upstream,
             Change::NonBreaking if drops_kept.as_ref().is_some_and(|d| d.forward_only_ok) => {
                 let unkept: Vec<&ModelName> =

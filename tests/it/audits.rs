@@ -23,6 +23,7 @@ on_every_engine!(
     a_run_refreshing_the_referenced_model_re_runs_the_audits_reading_it,
     a_leading_zero_in_a_sql_header_is_text_and_accepted_values_match_exactly,
     rows_prod_writes_into_a_table_dev_serves_with_an_audit_more_are_audited_by_devs_run,
+    prod_is_never_told_of_the_audits_another_environment_lacks,
 );
 
 /// A project on `engine` whose models may be Lua, Rhai or SQL files.
@@ -606,6 +607,27 @@ fn rows_prod_writes_into_a_table_dev_serves_with_an_audit_more_are_audited_by_de
     assert_eq!(status["healthy"], true, "{status:#}");
     // `prod`, whose audits `dev` all has, is never told of `dev`'s.
     assert_eq!(p.run(&["status", "prod", "--json"]).expect_code(0).json()["unaudited"], serde_json::json!([]));
+}
+
+/// The reverse: `dev` serves `prod`'s version with an audit less (so `prod` writes the table).
+/// `prod`'s runs are its own, under its own audits: `status prod` lists nothing unaudited and
+/// `run prod` runs no audit over the whole table because of `dev`.
+fn prod_is_never_told_of_the_audits_another_environment_lacks(engine: EngineBackend) {
+    let clean = EVENTS.replace(",,30", ",east,30");
+    let p = daily_project(engine, &clean, "audit.not_null(\"region\")");
+    let with = p.read("models/daily.lua");
+    let without = with.replace("audits = { audit.not_null(\"region\") },", "audits = {  },");
+    assert_ne!(with, without);
+    p.apply("prod");
+    p.write("models/daily.lua", &without);
+    p.apply("dev");
+    p.write("models/daily.lua", &with);
+    p.run(&["restate", "prod", "--model", "s.daily", "--from", "2026-01-04", "--to", "2026-01-05"]).expect_code(0);
+    let run = p.run(&["run", "prod"]);
+    run.expect_code(0);
+    assert!(!run.stderr.contains("its audits run over the whole table"), "{}", run.stderr);
+    let status = p.run(&["status", "prod", "--json"]).expect_code(0).json();
+    assert_eq!((status["unaudited"].clone(), status["healthy"].clone()), (serde_json::json!([]), serde_json::json!(true)), "{status:#}");
 }
 
 // ---- efmesh audit <env> ------------------------------------------------------------------

@@ -398,8 +398,9 @@ fn a_history_below_a_unique_key_parent_built_anew_is_refused_instead_of_recordin
     assert_eq!(scd["history"]["fate"], "starts-over", "{plan:#}");
     assert_eq!(scd["history"]["upstreamDropsKept"], serde_json::json!(["m.base"]), "{plan:#}");
     assert!(scd["explain"]["reason"].as_str().unwrap_or_default().contains("parent `m.base`, built anew from its query alone"), "{plan:#}");
+    // A unique-key sibling keeps its table: it never deletes by absence, and keeps its rows.
     let sibling = action(&plan, "m.cur");
-    assert_eq!(sibling["build"], true, "{plan:#}");
+    assert_eq!(sibling["build"], false, "{plan:#}");
     let text = p.run(&["plan", "dev"]).expect_code(0).stdout.clone();
     assert!(text.contains("apply refuses this: ") && text.contains("keep the rows kept upstream (and this table) with `--forward-only m.base`"), "{text}");
     // `apply --yes` refuses: the history would start over.
