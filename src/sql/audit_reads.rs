@@ -52,7 +52,11 @@ const VOLATILE: &[&str] = &[
     "uuid_generate_v4",
     "tablesample",
     "sample",
-    // Sequences, the process environment and settings.
+    // Postgres 16's random array functions.
+    "array_sample",
+    "array_shuffle",
+    // Sequences, the process environment, settings and session variables.
+    "getvariable",
     "nextval",
     "currval",
     "getenv",
@@ -182,6 +186,8 @@ mod tests {
             "SELECT setseed(0.5), * FROM @this",
             "SELECT * FROM @this WHERE age(born) > INTERVAL '150 years'",
             "SELECT * FROM @this TABLESAMPLE SYSTEM (10)",
+            "SELECT * FROM @this WHERE ts < getvariable('cutoff')",
+            "SELECT array_sample(tags, 1), * FROM @this",
         ] {
             assert!(!check(sql), "{sql}");
         }
