@@ -209,10 +209,9 @@ pub fn lossy_columns(returned: &[DescribedColumn], stored: &[DescribedColumn]) -
 /// # Errors
 /// The engine's, when the query fails.
 pub fn changed_values(engine: &mut dyn Engine, rows: &str, filter: &str, lossy: &LossyColumn) -> Result<Option<(String, String)>, crate::engine::EngineError> {
-    let (column, returned, stored) = lossy;
+    let (column, _, _) = lossy;
     let c = crate::core::name::quote_ident(column);
-    let stored_value = engine.sql().try_cast(&c, stored).unwrap_or_else(|| format!("CAST({c} AS {stored})"));
-    let changed = format!("CAST({stored_value} AS {returned}) IS DISTINCT FROM {c}");
+    let (stored_value, changed) = change_test(engine.sql(), lossy);
     let found = engine
         .query(&format!("SELECT count(*) OVER (), CAST({c} AS VARCHAR), CAST({stored_value} AS VARCHAR) FROM {rows} WHERE {filter} AND {changed} LIMIT 1"))?;
     Ok(found.first().map(|row| {
@@ -223,6 +222,60 @@ pub fn changed_values(engine: &mut dyn Engine, rows: &str, filter: &str, lossy: 
         };
         (n, example)
     }))
+}
+
+/// Of `columns` (each as [`changed_values`] takes it), the first in their order that has a value
+/// among the rows of `rows` that `filter` keeps which its stored type would change: its index and
+/// what [`changed_values`] says of it (the same count and example as when it is checked alone).
+/// One scan of `rows` counts every column's changed values ([`changed_counts_sql`]); only a
+/// column found with some is queried again, for its example. A model's query is scanned once
+/// per batch then, not once per such column (each scan re-runs the whole query). When that scan
+/// fails (Postgres, without a `TRY_CAST`, fails on a value the stored type cannot hold) each
+/// column is checked alone in order, so that the error is the first failing column's.
+///
+/// # Errors
+/// The engine's, with the index of the column whose query failed.
+pub fn first_changed(
+    engine: &mut dyn Engine,
+    rows: &str,
+    filter: &str,
+    columns: &[LossyColumn],
+) -> Result<Option<(usize, (String, String))>, (usize, crate::engine::EngineError)> {
+    // One column: its own query is the one scan.
+    let counted = if columns.len() > 1 {
+        let sql = changed_counts_sql(engine.sql(), rows, filter, columns);
+        engine.query(&sql).ok()
+    } else {
+        None
+    };
+    // Each column's count as the scan gave it; a column not counted (no scan) is queried.
+    let counts: Vec<Option<String>> = counted.and_then(|found| found.into_iter().next()).unwrap_or_default();
+    for (i, lossy) in columns.iter().enumerate() {
+        if counts.get(i).is_some_and(|n| n.as_deref() == Some("0")) {
+            continue;
+        }
+        if let Some(found) = changed_values(engine, rows, filter, lossy).map_err(|e| (i, e))? {
+            return Ok(Some((i, found)));
+        }
+    }
+    Ok(None)
+}
+
+/// The statement [`first_changed`] scans `rows` with: one row counting, per column of `columns`
+/// in their order, the rows `filter` keeps whose value its stored type would change (the test
+/// [`changed_values`] applies), in standard SQL but for `dialect`'s conversion.
+fn changed_counts_sql(dialect: &dyn crate::engine::dialect::Dialect, rows: &str, filter: &str, columns: &[LossyColumn]) -> String {
+    let counts: Vec<String> = columns.iter().map(|lossy| format!("count(CASE WHEN {} THEN 1 END)", change_test(dialect, lossy).1)).collect();
+    format!("SELECT {} FROM {rows} WHERE {filter}", counts.join(", "))
+}
+
+/// For `lossy`'s column: its value as the stored type holds it (`NULL` where the dialect has a
+/// `TRY_CAST` and the type cannot hold it at all), and the condition that this changes it.
+fn change_test(dialect: &dyn crate::engine::dialect::Dialect, (column, returned, stored): &LossyColumn) -> (String, String) {
+    let c = crate::core::name::quote_ident(column);
+    let stored_value = dialect.try_cast(&c, stored).unwrap_or_else(|| format!("CAST({c} AS {stored})"));
+    let changed = format!("CAST({stored_value} AS {returned}) IS DISTINCT FROM {c}");
+    (stored_value, changed)
 }
 
 /// True when every value of type `from` is stored unchanged in a column of type `to` (DuckDB's
@@ -362,6 +415,24 @@ mod tests {
         let declared = crate::core::Schema(vec![col("id", "integer")]);
         let problems = compare(&declared, &[desc("id", "INTEGER"), desc("id", "INTEGER"), desc("id", "INTEGER")]);
         assert_eq!(problems, ["the query returns column `id` more than once (name each output column once)"]);
+    }
+
+    #[test]
+    fn every_column_a_stored_type_may_change_is_counted_in_one_scan_of_the_rows() {
+        let columns: Vec<LossyColumn> = vec![
+            ("s".into(), "HUGEINT".into(), "BIGINT".into()),
+            ("n".into(), "BIGINT".into(), "INTEGER".into()),
+            ("a\"b".into(), "DECIMAL(38,2)".into(), "DECIMAL(18,2)".into()),
+        ];
+        let sql = changed_counts_sql(&crate::engine::dialect::Standard, "(\nSELECT 1\n) AS _efmesh_q", "\"t\" >= 1", &columns);
+        assert_eq!(
+            sql,
+            "SELECT count(CASE WHEN CAST(CAST(\"s\" AS BIGINT) AS HUGEINT) IS DISTINCT FROM \"s\" THEN 1 END), \
+             count(CASE WHEN CAST(CAST(\"n\" AS INTEGER) AS BIGINT) IS DISTINCT FROM \"n\" THEN 1 END), \
+             count(CASE WHEN CAST(CAST(\"a\"\"b\" AS DECIMAL(18,2)) AS DECIMAL(38,2)) IS DISTINCT FROM \"a\"\"b\" THEN 1 END) \
+             FROM (\nSELECT 1\n) AS _efmesh_q WHERE \"t\" >= 1"
+        );
+        assert_eq!(sql.matches("SELECT 1").count(), 1, "the model's query is run once for every column");
     }
 
     fn col(n: &str, t: &str) -> Column {

@@ -345,8 +345,9 @@ pub fn build(
 /// intervals marked done all the same). The table target refuses a value its stored type would
 /// change the same way ([`super::check_batches_fit`]). `batches`: a time-range model's, checked
 /// each on its own rows (none: nothing to check); `None` for a `full` model, checked whole. One
-/// description of the query and of the declared types; then one query per batch and such column,
-/// only when there is such a column.
+/// description of the query and of the declared types; then, only when there is such a column,
+/// one query per batch counting every such column's changed values (the model's query scanned
+/// once, [`super::contract::first_changed`]).
 ///
 /// # Errors
 /// [`ApplyError::Rejected`] naming the column, both types, the batch and an example; a query

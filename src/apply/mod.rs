@@ -2606,7 +2606,8 @@ enum Holder {
 /// another type than `holder` stores) has a value in some batch that the stored type would
 /// change (rounded, cut; a time column's value moved, its row then kept in another interval or
 /// in none): written, the table or lake would serve other values than the query returns. One
-/// query per batch, only for such models.
+/// query per batch counting every such column's changed values ([`contract::first_changed`]),
+/// only for such models; one more for the example of a column found with some.
 ///
 /// # Errors
 /// [`ApplyError::Rejected`] naming the column, the types, the batch and an example; a query fails.
@@ -2627,11 +2628,9 @@ fn check_batches_fit(
         let rows = format!("(\n{}\n) AS _efmesh_q", body.render(&exec.with_bounds(Some(b))));
         let in_batch = format!("{tc} >= {s} AND {tc} < {e}");
         let range = format!(" in [{}, {})", interval::to_iso(b.start), interval::to_iso(b.end));
-        for lossy in columns {
-            let found = contract::changed_values(engine, &rows, &in_batch, lossy).map_err(|err| unfit(model, lossy, &range, Some(b), err))?;
-            if let Some((n, example)) = found {
-                return Err(changed_error(model, holder, lossy, &n, &example, Some(b)));
-            }
+        let found = contract::first_changed(engine, &rows, &in_batch, columns).map_err(|(i, err)| unfit(model, &columns[i], &range, Some(b), err))?;
+        if let Some((i, (n, example))) = found {
+            return Err(changed_error(model, holder, &columns[i], &n, &example, Some(b)));
         }
     }
     Ok(())
@@ -2653,17 +2652,16 @@ fn check_refill_fits(model: &crate::core::Model, physical: &str, sql: &str, engi
 
 /// Before the rows of `sql` (a whole relation: a `full` model's) are written: refuses when one of
 /// `columns` (returned in another type than `holder` stores) has a value the stored type would
-/// change. One query per such column.
+/// change. One query counting every such column's changed values ([`contract::first_changed`]);
+/// one more for the example of a column found with some.
 ///
 /// # Errors
 /// [`ApplyError::Rejected`] naming the column, the types and an example; a query fails.
 fn check_rows_fit(model: &crate::core::Model, sql: &str, columns: &[contract::LossyColumn], holder: Holder, engine: &mut dyn Engine) -> Result<(), ApplyError> {
     let rows = format!("(\n{sql}\n) AS _efmesh_q");
-    for lossy in columns {
-        let found = contract::changed_values(engine, &rows, "TRUE", lossy).map_err(|e| unfit(model, lossy, "", None, e))?;
-        if let Some((n, example)) = found {
-            return Err(changed_error(model, holder, lossy, &n, &example, None));
-        }
+    let found = contract::first_changed(engine, &rows, "TRUE", columns).map_err(|(i, e)| unfit(model, &columns[i], "", None, e))?;
+    if let Some((i, (n, example))) = found {
+        return Err(changed_error(model, holder, &columns[i], &n, &example, None));
     }
     Ok(())
 }

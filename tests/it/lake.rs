@@ -1017,6 +1017,43 @@ fn a_value_the_declared_type_would_round_is_refused_before_the_lake_is_written()
     assert_eq!(served, vec![vec![Some("2".to_string())], vec![Some("4".to_string())], vec![Some("6".to_string())]]);
 }
 
+/// A model with several columns its declared types may change (a `sum()` declared `bigint`, a
+/// `count(*)` declared `integer`, a `sum()` of a decimal declared `decimal(18,2)`) re-ran its
+/// whole query once per such column and batch to check them: three such columns over 30 daily
+/// batches took 2.9 s instead of 1.3 s. Every such column of a batch is now counted in one run of
+/// the query; a refusal still names the first column, in the query's order, whose values the
+/// declared type would change, with its example, and writes nothing.
+#[test]
+fn the_columns_a_declared_type_may_change_are_checked_in_one_run_of_the_query_per_batch() {
+    let schema = r#"{ "t", "timestamp" }, { "w", "integer" }, { "v", "integer" }"#;
+    // The statements checking values: one per batch (two days, one per batch), not one per
+    // batch and column.
+    let checks = |r: &Run| r.stderr.lines().filter(|l| l.contains("msg=query") && l.contains("IS DISTINCT FROM")).count();
+    let p = declared_types_project(&daily_on_t(1), schema, "CAST(v AS DOUBLE) * 2 AS w, CAST(v AS DOUBLE) * 3");
+    let r = p.run(&["--log-level", "debug", "apply", "prod", "--yes"]);
+    r.expect_code(0);
+    assert_eq!(checks(&r), 2, "one check per batch for both columns: {}", r.stderr);
+    let served = p.query(&format!("SELECT CAST(w AS VARCHAR), CAST(v AS VARCHAR) FROM {} ORDER BY v", env_view("prod", "m.lk")));
+    let served: Vec<(String, String)> = served.into_iter().map(|r| (r[0].clone().unwrap(), r[1].clone().unwrap())).collect();
+    assert_eq!(served, vec![("2".into(), "3".into()), ("4".into(), "6".into()), ("6".into(), "9".into())]);
+
+    // The second column rounds 0.5 on the first day, the first holds: the second is named.
+    let p = declared_types_project(&daily_on_t(1), schema, "CAST(v AS DOUBLE) * 2 AS w, CAST(v AS DOUBLE) / 2");
+    let r = p.run(&["apply", "prod", "--yes"]);
+    r.expect_code(1);
+    let named = "column `v`: the query returns `DOUBLE` but the model declares `INTEGER`, the type its lake files store, which would change 1 of its values in [2026-01-01T00:00:00.000Z, 2026-01-02T00:00:00.000Z) (e.g. 0.5 → 0)";
+    assert!(r.stderr.contains(named) && !r.stderr.contains("column `w`"), "{}", r.stderr);
+    nothing_written(&p, "the second column");
+
+    // Both round: the first in the query's order is named.
+    let p = declared_types_project(&daily_on_t(1), schema, "CAST(v AS DOUBLE) / 4 AS w, CAST(v AS DOUBLE) / 2");
+    let r = p.run(&["apply", "prod", "--yes"]);
+    r.expect_code(1);
+    let named = "column `w`: the query returns `DOUBLE` but the model declares `INTEGER`, the type its lake files store, which would change 2 of its values in [2026-01-01T00:00:00.000Z, 2026-01-02T00:00:00.000Z) (e.g. ";
+    assert!(r.stderr.contains(named) && !r.stderr.contains("column `v`"), "{}", r.stderr);
+    nothing_written(&p, "both columns");
+}
+
 /// A parquet model whose lake directory `<schema>__<table>` is longer than a file system keeps
 /// (255 bytes) passed `check` and `plan`, and the first apply failed creating the directory with
 /// the OS's raw "File name too long": now `check` and `plan` refuse it at its file:line, naming
