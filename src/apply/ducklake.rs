@@ -74,12 +74,10 @@ pub fn attach(config: &crate::config::Config, engine: &mut dyn Engine, read_only
     if read_only && file.as_ref().is_some_and(|f| !f.exists()) {
         return Ok(false);
     }
-    engine.load_extension("ducklake").map_err(|e| format!("the DuckLake target needs the `ducklake` extension: {}", e.message))?;
+    engine.load_extension("ducklake").map_err(|e| crate::engine::extension_needed("the DuckLake target", "ducklake", &e))?;
     let target = match (&url, &file) {
         (Some(url), _) => {
-            engine
-                .load_extension("postgres_scanner")
-                .map_err(|e| format!("a DuckLake catalog in Postgres needs the `postgres_scanner` extension: {}", e.message))?;
+            engine.load_extension("postgres_scanner").map_err(|e| crate::engine::extension_needed("a DuckLake catalog in Postgres", "postgres_scanner", &e))?;
             format!("ducklake:postgres:{url}")
         }
         (None, Some(file)) => format!("ducklake:{}", file.to_string_lossy()),
@@ -87,7 +85,7 @@ pub fn attach(config: &crate::config::Config, engine: &mut dyn Engine, read_only
     };
     let data = match dl.data_path.as_ref().map(|d| d.to_string_lossy().into_owned()) {
         Some(s3) if s3.starts_with("s3://") => {
-            engine.load_extension("httpfs").map_err(|e| format!("the DuckLake data path `{s3}` needs the `httpfs` extension: {}", e.message))?;
+            engine.load_extension("httpfs").map_err(|e| crate::engine::extension_needed(&format!("the DuckLake data path `{s3}`"), "httpfs", &e))?;
             crate::apply::lake::create_s3_secret(engine, DUCKLAKE_S3_SECRET, &s3, &dl.s3(), "the DuckLake data path")?;
             Some(if s3.ends_with('/') { s3 } else { format!("{s3}/") })
         }

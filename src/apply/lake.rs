@@ -189,7 +189,7 @@ pub fn prepare(project: &Project, engine: &mut dyn Engine) -> Result<(), ApplyEr
     }
     engine
         .load_extension("httpfs")
-        .map_err(|e| target_error(None, None, format!("the S3 lake `{}` needs the `httpfs` extension: {}", lake.path, e.message)))?;
+        .map_err(|e| target_error(None, None, crate::engine::extension_needed(&format!("the S3 lake `{}`", lake.path), "httpfs", &e)))?;
     create_s3_secret(engine, S3_SECRET, &lake.path, &lake.s3(), "the S3 lake").map_err(|message| target_error(None, None, message))
 }
 

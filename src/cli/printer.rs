@@ -226,10 +226,10 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
 /// accept, one sentence whatever their number (`--reset-history` is always one).
 fn history_refused_text(model: &str, h: &crate::plan::History) -> String {
     let mut ways = Vec::new();
-    match (h.rename_ok, h.dropped.as_slice(), h.added.as_slice()) {
-        (false, ..) => {}
-        (true, [old], [new]) => ways.push(format!("carry it over by declaring `renamed = {{ {old} = \"{new}\" }}` in the kind")),
-        (true, ..) => ways.push("carry it over by declaring `renamed = { old = \"new\" }` in the kind".to_string()),
+    match h.rename_candidates().as_ref().map(|(dropped, added)| (dropped.as_slice(), added.as_slice())) {
+        None => {}
+        Some(([old], [new])) => ways.push(format!("carry it over by declaring `renamed = {{ {old} = \"{new}\" }}` in the kind")),
+        Some(_) => ways.push("carry it over by declaring `renamed = { old = \"new\" }` in the kind".to_string()),
     }
     if !h.upstream_drops_kept.is_empty() {
         ways.push(format!("keep the rows kept upstream (and this table) with `--forward-only {}`", h.upstream_drops_kept.join(",")));
@@ -296,9 +296,23 @@ mod tests {
                 refused(true, &["a", "c"], &["b"], true),
                 "apply refuses this: carry it over by declaring `renamed = { old = \"new\" }` in the kind, keep the table with `--forward-only m.h` or start it over with `--reset-history m.h`",
             ),
+            // `renamed` is offered only when some column was dropped and some added: nothing to
+            // rename otherwise (a retyped column, a table built anew upstream).
+            (refused(true, &[], &[], false), "apply refuses this: start it over with `--reset-history m.h`"),
+            (refused(true, &["a"], &[], false), "apply refuses this: start it over with `--reset-history m.h`"),
+            (refused(true, &[], &["b"], true), "apply refuses this: keep the table with `--forward-only m.h` or start it over with `--reset-history m.h`"),
         ] {
             assert_eq!(super::history_refused_text("m.h", &h), want);
         }
+        // A dropped column `renamed` names already is not offered again.
+        let mut h = refused(true, &["a", "c"], &["b"], false);
+        h.renamed = [("a".to_string(), "x".to_string())].into_iter().collect();
+        assert_eq!(
+            super::history_refused_text("m.h", &h),
+            "apply refuses this: carry it over by declaring `renamed = { c = \"b\" }` in the kind or start it over with `--reset-history m.h`"
+        );
+        h.dropped = vec!["a".into()];
+        assert_eq!(super::history_refused_text("m.h", &h), "apply refuses this: start it over with `--reset-history m.h`");
         let mut h = refused(false, &[], &[], true);
         h.upstream_drops_kept = vec!["m.base".into()];
         assert_eq!(

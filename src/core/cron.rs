@@ -242,15 +242,16 @@ fn field_value(field: usize, v: &str) -> Option<u32> {
 /// `sun` stays what croner and sqlmesh's croniter read (`sat-sun`: Saturday and Sunday); others
 /// get this message rather than croner's "Range out of bounds". In both, a day-of-week range
 /// starting at Sunday and ending in `sun` (`sun-sun`, `0-sun`) is refused: croner reads it as
-/// every day, cron as Sunday.
+/// every day, cron as Sunday. A range starting at Sunday written 7 (`7-1`) is told to start at
+/// 0 (`0-1`).
 fn ranges_run_upwards(field: usize, text: &str, dialect: Dialect) -> Result<(), String> {
     let (min, max) = BOUNDS[field];
     // Sunday may be written 7 in the day-of-week field.
     let top = if field == 4 { 7 } else { max };
     for item in text.split(',') {
         let (range, step) = match item.split_once('/') {
-            Some((r, _)) => (r, true),
-            None => (item, false),
+            Some((r, s)) => (r, Some(s)),
+            None => (item, None),
         };
         let Some((a, b)) = range.split_once('-') else { continue };
         let (Some(from), Some(to)) = (field_value(field, a), field_value(field, b)) else { continue };
@@ -269,11 +270,19 @@ fn ranges_run_upwards(field: usize, text: &str, dialect: Dialect) -> Result<(), 
         }
         let span = |a: u32, b: u32| if a == b { a.to_string() } else { format!("{a}-{b}") };
         let hint = match (step, field == 4 && to == 0) {
-            (true, _) => "split it in two ranges that run upwards, each with its step".to_string(),
-            (false, true) => format!("write `{}`", span(from, 7)),
-            (false, false) => format!("write `{},{}`", span(from, max), span(min, to)),
+            // A start beyond the field's largest value (Sunday written 7) is its smallest: `7-1`
+            // is Sunday to Monday, `0-1`.
+            (Some(step), _) if from > max && to > min => format!("write `{min}-{to}/{step}`"),
+            _ if from > max => format!("write `{}`", span(min, to)),
+            (Some(_), _) => "split it in two ranges that run upwards, each with its step".to_string(),
+            (None, true) => format!("write `{}`", span(from, 7)),
+            (None, false) => format!("write `{},{}`", span(from, max), span(min, to)),
         };
-        let sunday = if field == 4 { ", Sunday being 0" } else { "" };
+        let sunday = match field {
+            4 if from > max => "; a range starting on Sunday starts at 0",
+            4 => ", Sunday being 0",
+            _ => "",
+        };
         let cron = match dialect {
             Dialect::Crontab => ": cron refuses it, or never fires it, or reads it otherwise, depending on its version",
             Dialect::Model => "",
@@ -434,6 +443,10 @@ mod tests {
         for (expr, field, range, hint) in [
             ("0 0 * * 6-0", "day-of-week", "6-0", "`6-7`"),
             ("0 0 * * fri-mon", "day-of-week", "fri-mon", "`5-6,0-1`"),
+            // Sunday written 7 at a range's start is 0 there: `7-1` is Sunday to Monday.
+            ("0 0 * * 7-1", "day-of-week", "7-1", "`0-1`"),
+            ("0 0 * * 7-3/2", "day-of-week", "7-3", "`0-3/2`"),
+            ("0 0 * * 7-0", "day-of-week", "7-0", "`0`"),
             ("0 0 * * FRI-Sun", "day-of-week", "FRI-Sun", "`5-7`"),
             ("0 22-2 * * *", "hour", "22-2", "`22-23,0-2`"),
             ("50-10 * * * *", "minute", "50-10", "`50-59,0-10`"),
@@ -464,6 +477,8 @@ mod tests {
         assert!(e.starts_with("cron `0 0 * * fri-mon` is invalid in its day-of-week field `fri-mon`: "), "{e}");
         assert!(e.ends_with("the range `fri-mon` runs backwards (5 down to 1, Sunday being 0); write `5-6,0-1`"), "{e}");
         assert!(parse("0 22-2 * * *").unwrap_err().contains("the range `22-2` runs backwards (22 down to 2); write `22-23,0-2`"));
+        let e = parse_as("0 0 * * 7-1", Dialect::Model).unwrap_err();
+        assert!(e.ends_with("the range `7-1` runs backwards (7 down to 1; a range starting on Sunday starts at 0); write `0-1`"), "{e}");
         // `sun-sun` is every day to croner (`-sun` read as 7) and Sunday to cron: refused in both.
         for d in [Dialect::Model, Dialect::Crontab] {
             for expr in ["0 0 * * sun-sun", "0 0 * * 0-sun"] {

@@ -232,22 +232,20 @@ impl DuckDb {
                 EngineError::new(
                     &sql,
                     format!(
-                        "DuckDB extension `{name}` is not available offline: expected {}/v1.5.5/{platform}/{name}.duckdb_extension \
+                        "the `{name}` extension is not available offline: expected {}/v1.5.5/{platform}/{name}.duckdb_extension \
                          (extension_directory); provision it with `scripts/provision-extensions {} {name}` (PyPI wheel \
                          duckdb-extension-{name}==1.5.5) or set [engine.extensions] {name} = \"<file>\". DuckDB said: {}",
                         dir.display(),
                         dir.display(),
-                        e.message
+                        // Its next lines say `INSTALL` it, which a set directory turns off.
+                        e.message.lines().next().unwrap_or_default()
                     ),
                 )
             })
         } else {
-            self.execute(&format!("LOAD {name}")).or_else(|_| self.execute(&format!("INSTALL {name}; LOAD {name}"))).map_err(|e| {
-                EngineError::new(
-                    &e.sql,
-                    format!("cannot load DuckDB extension `{name}`: {}; offline machines set [engine] extension_directory (see docs/extensions.md)", e.message),
-                )
-            })
+            self.execute(&format!("LOAD {name}"))
+                .or_else(|_| self.execute(&format!("INSTALL {name}; LOAD {name}")))
+                .map_err(|e| EngineError::new(&e.sql, extension_not_installed(name, &e.message)))
         };
         result?;
         self.loaded.insert(name.to_string());
@@ -280,6 +278,31 @@ impl DuckDb {
         let v: String = row.get(0).map_err(|e| e.to_string())?;
         Ok(v)
     }
+}
+
+/// The message of an extension `name` DuckDB could neither load nor install (`message`,
+/// DuckDB's). A failed download (offline) is said in efmesh's words, starting "the `name`
+/// extension " as [`super::extension_needed`] expects, with DuckDB's cause when it gives a short
+/// one (its message is otherwise a URL and a troubleshooting link); other failures keep DuckDB's
+/// message.
+fn extension_not_installed(name: &str, message: &str) -> String {
+    if !message.contains("Failed to download extension") {
+        return format!("cannot load DuckDB extension `{name}`: {message}; offline machines set [engine] extension_directory (see docs/extensions.md)");
+    }
+    // DuckDB ends the message with the cause in parentheses: `(ERROR Could not establish connection)`.
+    let trimmed = message.trim_end();
+    let cause = trimmed
+        .strip_suffix(')')
+        .and_then(|m| m.rsplit_once('('))
+        .map(|(_, c)| c.trim_start_matches("ERROR ").trim())
+        .filter(|c| !c.is_empty() && c.len() <= 80 && !c.contains("://"));
+    let mut s = format!(
+        "the `{name}` extension is not installed and could not be downloaded (offline?): provision it (`scripts/provision-extensions`) and set [engine] extension_directory (docs/extensions.md)"
+    );
+    if let Some(c) = cause {
+        s.push_str(&format!(" (DuckDB: {c})"));
+    }
+    s
 }
 
 /// How many queries one combined `DESCRIBE` binds (see [`describe_grouped`]).
@@ -829,6 +852,28 @@ impl Engine for DuckDb {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A failed download of an extension (offline) is said in efmesh's words with DuckDB's short
+    /// cause, not as DuckDB's URL and troubleshooting link; other failures keep DuckDB's message.
+    #[test]
+    fn an_extension_that_could_not_be_downloaded_is_said_in_a_sentence() {
+        // DuckDB 1.5.5's message, offline.
+        let offline = "IO Error: Failed to download extension \"ducklake\" at URL \"http://extensions.duckdb.org/v1.5.5/linux_amd64/ducklake.duckdb_extension.gz\"\n\
+                       Extension \"ducklake\" is an existing extension.\n\n\
+                       For more info, visit https://duckdb.org/docs/stable/extensions/troubleshooting?version=v1.5.5&platform=linux_amd64&extension=ducklake (ERROR Could not establish connection)";
+        assert_eq!(
+            extension_not_installed("ducklake", offline),
+            "the `ducklake` extension is not installed and could not be downloaded (offline?): provision it (`scripts/provision-extensions`) and set \
+             [engine] extension_directory (docs/extensions.md) (DuckDB: Could not establish connection)"
+        );
+        let no_cause = "IO Error: Failed to download extension \"httpfs\" at URL \"http://extensions.duckdb.org/x.gz\"";
+        assert!(extension_not_installed("httpfs", no_cause).ends_with("set [engine] extension_directory (docs/extensions.md)"));
+        let other = "Invalid Input Error: Extension \"x\" has an unsupported ABI";
+        assert_eq!(
+            extension_not_installed("x", other),
+            format!("cannot load DuckDB extension `x`: {other}; offline machines set [engine] extension_directory (see docs/extensions.md)")
+        );
+    }
 
     #[test]
     fn duckdb_is_v1_5_5_whichever_build_linked_it() {

@@ -432,6 +432,17 @@ impl EngineError {
     }
 }
 
+/// What a failed [`Engine::load_extension`] of `name` says when `what` needs it: "`what` needs
+/// the `name` extension, which is not installed and could not be downloaded …" when the
+/// engine's message is about the extension itself (it starts "the `name` extension "), else
+/// "`what` needs the `name` extension: <message>".
+pub fn extension_needed(what: &str, name: &str, error: &EngineError) -> String {
+    match error.message.strip_prefix(&format!("the `{name}` extension ")) {
+        Some(rest) => format!("{what} needs the `{name}` extension, which {rest}"),
+        None => format!("{what} needs the `{name}` extension: {}", error.message),
+    }
+}
+
 /// The engine's own message inside a failure to open a database file (`cannot open <engine>
 /// database `<file>`: <message>`, as the engines word it), or `message` itself: what callers
 /// classify (a lock held by another process is transient).
@@ -1115,6 +1126,22 @@ fn identifier_prefix(text: &str) -> Option<(String, &str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A failed extension load reads as one sentence after what needed it ("…, which is not
+    /// installed …"), not "needs the `x` extension: the `x` extension is not installed …".
+    #[test]
+    fn what_needs_an_extension_that_failed_to_load_reads_as_one_sentence() {
+        let offline = EngineError::new("", "the `ducklake` extension is not installed and could not be downloaded (offline?): provision it");
+        assert_eq!(
+            extension_needed("the DuckLake target", "ducklake", &offline),
+            "the DuckLake target needs the `ducklake` extension, which is not installed and could not be downloaded (offline?): provision it"
+        );
+        let other = EngineError::new("", "cannot load extension `httpfs` from `/x.duckdb_extension` ([engine.extensions]): bad file");
+        assert_eq!(
+            extension_needed("the S3 lake `s3://b/l`", "httpfs", &other),
+            "the S3 lake `s3://b/l` needs the `httpfs` extension: cannot load extension `httpfs` from `/x.duckdb_extension` ([engine.extensions]): bad file"
+        );
+    }
 
     #[test]
     fn the_failing_statement_is_shown_before_the_hint_which_ends_the_error() {

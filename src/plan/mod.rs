@@ -212,6 +212,16 @@ impl History {
     pub fn refused(&self) -> bool {
         self.fate == HistoryFate::StartsOver && !self.reset_accepted
     }
+
+    /// What a declared `renamed` could carry the history over, when the refusal should offer it:
+    /// the dropped columns `renamed` does not name yet and the added ones, `None` unless it would
+    /// be accepted (`rename_ok`) and some column was dropped and some added (a retyped column,
+    /// or a table built anew upstream, is no rename).
+    pub fn rename_candidates(&self) -> Option<(Vec<&str>, Vec<&str>)> {
+        let dropped: Vec<&str> = self.dropped.iter().filter(|c| !self.renamed.contains_key(*c)).map(String::as_str).collect();
+        let added: Vec<&str> = self.added.iter().map(String::as_str).collect();
+        (self.rename_ok && !dropped.is_empty() && !added.is_empty()).then_some((dropped, added))
+    }
 }
 
 /// The refusal `apply` gives when the plan would start an `scd_type2` model's history over
@@ -234,15 +244,16 @@ pub fn history_refusal(plan: &Plan) -> Option<String> {
         }
     }
     s.push_str("\n  choose, per model:");
-    for (a, h) in refused.iter().filter(|(_, h)| h.rename_ok) {
-        if let ([old], [new]) = (h.dropped.as_slice(), h.added.as_slice()) {
+    let renames: Vec<(&Action, (Vec<&str>, Vec<&str>))> = refused.iter().filter_map(|(a, h)| h.rename_candidates().map(|c| (*a, c))).collect();
+    for (a, (dropped, added)) in &renames {
+        if let ([old], [new]) = (dropped.as_slice(), added.as_slice()) {
             s.push_str(&format!(
                 "\n  - carry the history over a column rename: declare it in the kind of `{}`, `renamed = {{ {old} = \"{new}\" }}` (Lua; Rhai `renamed: #{{ {old}: \"{new}\" }}`; SQL `renamed = {{{old} = {new}}}`)",
                 a.name
             ));
         }
     }
-    if refused.iter().any(|(_, h)| h.rename_ok && (h.dropped.len() != 1 || h.added.len() != 1)) {
+    if renames.iter().any(|(_, (dropped, added))| dropped.len() != 1 || added.len() != 1) {
         s.push_str("\n  - carry the history over a column rename: declare `renamed = { old = \"new\" }` in the model's kind");
     }
     let upstream: BTreeSet<&str> = refused.iter().flat_map(|(_, h)| h.upstream_drops_kept.iter().map(String::as_str)).collect();

@@ -180,8 +180,18 @@ pub fn state_written(name: &str, at: &Location, what: &str) -> Failure {
     }
 }
 
-/// The hint of [`state_written`].
-const STATE_HINT: &str = "compute what the SQL needs from the arguments at each call: the file's variables and tables are shared by every call (keep constants there, never write them)";
+/// The refusal of the body of audit or signal `name` (`kind`: `audit`, `signal`), defined at
+/// `at`, whose call changed `what`: the macro files' macros, audit bodies and signals share that
+/// state, so a macro reading it would answer according to which audits and signals the macro
+/// interpreter ran before (the load cache, thread timing). Its hint is [`STATE_HINT`].
+pub fn body_state_written(kind: &str, name: &str, at: &Location, what: &str) -> String {
+    format!(
+        "{kind} `{name}` ({at}) writes state that outlives the call (`{what}`): the macros of the macro files read the same state, so the {kind} must write nothing but what it creates at each call"
+    )
+}
+
+/// The hint of [`state_written`] and [`body_state_written`].
+pub(crate) const STATE_HINT: &str = "compute what the SQL needs from the arguments at each call: the file's variables and tables are shared by every call (keep constants there, never write them)";
 
 /// Characters of a macro's output an error quotes ([`quoted`]).
 pub const QUOTED_CHARS: usize = 200;

@@ -508,24 +508,27 @@ const DESCRIBED_ENTRIES: usize = 16;
 
 /// A value a macro raised that is not a string, as text: a table without `__tostring` as its
 /// entries (`{code = 1, why = "bad", list = {1, 2}}`: keys in order — numbers, strings,
-/// booleans —, a sequence's items by position, tables two levels deep, at most
-/// [`DESCRIBED_ENTRIES`] entries each), anything else as `plain` (the sandbox's `tostring`) shows
-/// it. No address either way, nor any order that depends on one.
+/// booleans, then other values by their type's name and their text —, a sequence's items by
+/// position, tables two levels deep, at most [`DESCRIBED_ENTRIES`] entries each, the first in
+/// that order), anything else as `plain` (the sandbox's `tostring`) shows it. No address either
+/// way, nor any order that depends on one (a table's own order does). Only the entries
+/// shown are kept while a table is walked (a raised table of a million entries is counted, not
+/// copied).
 fn described(plain: &Function, v: &Value) -> mlua::Result<String> {
-    fn rank(v: &Value) -> u8 {
-        match v {
-            Value::Integer(_) | Value::Number(_) => 0,
-            Value::String(_) => 1,
-            Value::Boolean(_) => 2,
-            _ => 3,
-        }
+    /// Where a key's entry comes in `described`: numbers, strings, booleans, then any other
+    /// key by its type's name, its text and its value's text (a table or a function as a key is
+    /// ordered by what it shows, never by its address).
+    #[derive(PartialEq, PartialOrd)]
+    enum Order {
+        Number(f64),
+        Text(String),
+        Boolean(bool),
+        Other(&'static str, String, String),
     }
-    fn number(v: &Value) -> f64 {
-        match v {
-            Value::Integer(i) => *i as f64,
-            Value::Number(n) => *n,
-            _ => 0.0,
-        }
+    fn shown(plain: &Function, v: &Value, depth: usize) -> mlua::Result<String> {
+        let mut out = String::new();
+        show(plain, v, depth, &mut out)?;
+        Ok(out)
     }
     fn show(plain: &Function, v: &Value, depth: usize, out: &mut String) -> mlua::Result<()> {
         use std::fmt::Write as _;
@@ -544,20 +547,29 @@ fn described(plain: &Function, v: &Value) -> mlua::Result<String> {
             out.push_str("{…}");
             return Ok(());
         }
-        let mut entries: Vec<(Value, Value)> = Vec::new();
+        // The first entries in key order, sorted; every entry counted.
+        let mut entries: Vec<(Order, Value, Value)> = Vec::with_capacity(DESCRIBED_ENTRIES + 1);
+        let mut total = 0usize;
         for pair in t.pairs::<Value, Value>() {
-            entries.push(pair?);
+            let (k, x) = pair?;
+            total += 1;
+            let order = match &k {
+                Value::Integer(i) => Order::Number(*i as f64),
+                Value::Number(n) => Order::Number(*n),
+                Value::String(s) => Order::Text(s.to_string_lossy()),
+                Value::Boolean(b) => Order::Boolean(*b),
+                other => Order::Other(other.type_name(), shown(plain, other, depth + 1)?, shown(plain, &x, depth + 1)?),
+            };
+            if entries.len() == DESCRIBED_ENTRIES && entries.last().is_some_and(|(last, _, _)| order >= *last) {
+                continue;
+            }
+            let at = entries.partition_point(|(o, _, _)| *o <= order);
+            entries.insert(at, (order, k, x));
+            entries.truncate(DESCRIBED_ENTRIES);
         }
-        entries.sort_by(|(a, _), (b, _)| {
-            rank(a).cmp(&rank(b)).then_with(|| match (a, b) {
-                (Value::String(x), Value::String(y)) => x.to_string_lossy().cmp(&y.to_string_lossy()),
-                (Value::Boolean(x), Value::Boolean(y)) => x.cmp(y),
-                _ => number(a).partial_cmp(&number(b)).unwrap_or(std::cmp::Ordering::Equal),
-            })
-        });
         let len = t.raw_len();
         out.push('{');
-        for (i, (k, x)) in entries.iter().take(DESCRIBED_ENTRIES).enumerate() {
+        for (i, (_, k, x)) in entries.iter().enumerate() {
             if i > 0 {
                 out.push_str(", ");
             }
@@ -574,15 +586,13 @@ fn described(plain: &Function, v: &Value) -> mlua::Result<String> {
             }
             show(plain, x, depth + 1, out)?;
         }
-        if entries.len() > DESCRIBED_ENTRIES {
-            let _ = write!(out, ", … ({} entries)", entries.len());
+        if total > DESCRIBED_ENTRIES {
+            let _ = write!(out, ", … ({total} entries)");
         }
         out.push('}');
         Ok(())
     }
-    let mut out = String::new();
-    show(plain, v, 0, &mut out)?;
-    Ok(out)
+    shown(plain, v, 0)
 }
 
 /// Calls project code `f` with `args`, as [`Function::call`] does but under [`error_handler`]
@@ -1561,7 +1571,22 @@ impl LuaHost {
             Ok((list, args, db))
         };
         let (list, args, db) = build().map_err(|e| fail(format!("cannot be called: {e}")))?;
-        match self.with_budget_of(&at.file, super::foreign::SIGNAL_BUDGET, || call_plain::<Value>(lua, &f, (list, args, db))) {
+        // In the macro interpreter a signal reaches what its file's macros do: checked as they
+        // are ([`frozen`]), or a macro would read what the signal left there.
+        let key = format!("signal {name}");
+        if let Some(frozen) = &self.frozen {
+            frozen.before(&key, &f, || self.kept_modules()).map_err(|e| fail(format!("cannot take the snapshot of the state it reaches: {e}")))?;
+        }
+        let out = self.with_budget_of(&at.file, super::foreign::SIGNAL_BUDGET, || call_plain::<Value>(lua, &f, (list, args, db)));
+        // A write is refused even when the signal failed: its error may be only reported.
+        let written = match &self.frozen {
+            Some(frozen) => frozen.after(&key).map_err(|e| fail(format!("cannot compare the state it reaches: {e}")))?,
+            None => None,
+        };
+        if let Some(what) = written {
+            return Err(super::foreign::body_state_written("signal", name, &at, &what));
+        }
+        match out {
             Ok(v) => {
                 let json = lua_to_json(&v, 0).map_err(|e| fail(format!("returned an unusable value: {e}")))?;
                 super::foreign::verdicts(&json, intervals.len()).map_err(fail)
@@ -1579,7 +1604,26 @@ impl LuaHost {
         location: &Location,
     ) -> Result<Audit, LoadError> {
         let (def, body) = self.state.borrow().audits.lookup(name, location)?;
-        self.with_budget(&location.file, || audits::render(&self.lua, &self.state, &def, &body, positional, named, location))
+        let Some(frozen) = &self.frozen else {
+            return self.with_budget(&location.file, || audits::render(&self.lua, &self.state, &def, &body, positional, named, location));
+        };
+        // In the macro interpreter the body reaches what its file's macros do: checked as they
+        // are ([`frozen`]), or a macro would read what a use of the audit left there.
+        let at = &def.location;
+        let key = format!("audit {name}");
+        let failed = |m: String| LoadError::new(Some(location.clone()), None, format!("audit `{name}` ({at}): {m}"));
+        frozen.before(&key, &body, || self.kept_modules()).map_err(|e| failed(format!("cannot take the snapshot of the state it reaches: {e}")))?;
+        let out = self.with_budget(&location.file, || audits::render(&self.lua, &self.state, &def, &body, positional, named, location));
+        let written = frozen.after(&key).map_err(|e| failed(format!("cannot compare the state it reaches: {e}")))?;
+        // A body refused already (its answers differ: [`super::audits::finish_pure`]) keeps
+        // that error, which shows both answers.
+        if let Some(what) = written
+            && out.is_ok()
+        {
+            let message = super::foreign::body_state_written("audit", name, at, &what);
+            return Err(LoadError::new(Some(location.clone()), None, message).with_hint(super::foreign::STATE_HINT));
+        }
+        out
     }
 
     /// The errors recorded since the last call (or since the host started): after
@@ -1630,10 +1674,6 @@ pub(crate) fn serve(
             Request::Signal { name, intervals, args, reply } => {
                 let verdict = host.call_signal(&name, &intervals, &args, &reply);
                 let _ = reply.send(super::foreign::SignalMsg::Done(verdict));
-                // Signals are not checked: no macro is blamed for what one changed.
-                if let Some(frozen) = &host.frozen {
-                    frozen.forget();
-                }
             }
             Request::Macro { name, args, reply } => {
                 host.state.borrow_mut().reached = Some(Reached::default());
@@ -1649,11 +1689,6 @@ pub(crate) fn serve(
                 host.state.borrow_mut().reached = Some(Reached::default());
                 let out = host.render_audit(&name, positional, named, &location);
                 let _ = reply.send((out, host.call_reads()));
-                // Audit bodies are checked by their answers ([`super::audits::finish_pure`]):
-                // no macro is blamed for what one changed.
-                if let Some(frozen) = &host.frozen {
-                    frozen.forget();
-                }
             }
         }
         let _ = host.take_errors();

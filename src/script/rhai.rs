@@ -184,8 +184,9 @@ struct State {
     /// True while a macro's function runs ([`call_macro`]): `ref`, `cols` and `define_model`
     /// refuse ([`refused_in_macro`]).
     in_macro: bool,
-    /// In a [`serve`]d interpreter, what each macro called since the state last changed had
-    /// captured, before its first call ([`captured`]): compared after each call.
+    /// In a [`serve`]d interpreter, what each macro (audit body, signal: [`note_captured`])
+    /// called since the state last changed had captured, before its first call ([`captured`]):
+    /// compared after each call.
     captured: HashMap<String, Vec<String>>,
     /// The file defining the audit body, macro or signal running: efmesh calls their closure
     /// with no source, so an error of a host function inside it is placed in this file
@@ -510,8 +511,6 @@ pub(crate) fn serve(
                     None => verdict,
                 };
                 let _ = reply.send(super::foreign::SignalMsg::Done(verdict));
-                // Signals are not checked: no macro is blamed for what one changed.
-                refs.state.borrow_mut().captured.clear();
             }
             Request::Macro { name, args, reply } => {
                 refs.state.borrow_mut().reached = Some(Reached::default());
@@ -531,7 +530,19 @@ pub(crate) fn serve(
                 refs.state.borrow_mut().reached = Some(Reached::default());
                 let found = refs.state.borrow().audits.lookup(&name, &location);
                 let out = found.and_then(|(def, body)| {
-                    with_budget(&refs, &location.file, || audits::render(&engine, &refs.state, &def, &body, positional, named, &location))
+                    // The body captures what its file's macros do: checked as they are
+                    // ([`note_captured`]), or a macro would read what a use of it left there.
+                    let key = format!("audit {name}");
+                    note_captured(&refs, &key, &body.0);
+                    let out = with_budget(&refs, &location.file, || audits::render(&engine, &refs.state, &def, &body, positional, named, &location));
+                    // A body refused already (its answers differ) keeps that error.
+                    match written(&refs, &key, &body.0, &body.1) {
+                        Some(what) if out.is_ok() => {
+                            let message = super::foreign::body_state_written("audit", &name, &def.location, &what);
+                            Err(LoadError::new(Some(location.clone()), None, message).with_hint(super::foreign::STATE_HINT))
+                        }
+                        _ => out,
+                    }
                 });
                 refs.state.borrow_mut().uncaught = None;
                 let out = match recorded_error(&refs) {
@@ -543,9 +554,6 @@ pub(crate) fn serve(
                     None => out,
                 };
                 let _ = reply.send((out, call_reads(&refs)));
-                // Audit bodies are checked by their answers: no macro is blamed for what one
-                // changed.
-                refs.state.borrow_mut().captured.clear();
             }
         }));
         if run.is_err() {
@@ -648,12 +656,19 @@ fn call_signal(
         })
         .collect();
     let values = vec![Dynamic::from(list), audits::json_to_dynamic(&serde_json::Value::Object(args.clone())), Dynamic::from(Db(reply.clone()))];
+    // The signal captures what its file's macros do: checked as they are ([`note_captured`]).
+    let key = format!("signal {name}");
+    note_captured(refs, &key, &f);
     let outer = refs.state.borrow_mut().body_file.replace(at.file.clone());
     let out: Result<Dynamic, Box<EvalAltResult>> = with_budget_of(refs, &at.file, super::foreign::SIGNAL_BUDGET, || f.call(engine, &ast, values));
     let mut s = refs.state.borrow_mut();
     s.uncaught = None;
     s.body_file = outer;
     drop(s);
+    // A write is refused even when the signal failed: its error may be only reported.
+    if let Some(what) = written(refs, &key, &f, &ast) {
+        return Err(super::foreign::body_state_written("signal", name, &at, &what));
+    }
     let fail = |m: String| format!("signal `{name}` ({at}) {m}");
     match out {
         Ok(v) => {
@@ -686,10 +701,7 @@ fn call_macro(engine: &Engine, refs: &Refs, name: &str, args: Vec<String>) -> Re
     }
     let values: Vec<Dynamic> = args.into_iter().map(|a| Dynamic::from(ImmutableString::from(a))).collect();
     // What the closure captured, before its first call (again after the state changed).
-    if !f.curry().is_empty() && !refs.state.borrow().captured.contains_key(name) {
-        let before = captured(&f);
-        refs.state.borrow_mut().captured.insert(name.to_string(), before);
-    }
+    note_captured(refs, name, &f);
     let outer = {
         let mut s = refs.state.borrow_mut();
         s.in_macro = true;
@@ -729,6 +741,16 @@ fn call_macro(engine: &Engine, refs: &Refs, name: &str, args: Vec<String>) -> Re
 /// captured; nothing for a closure that captures nothing.
 fn captured(f: &FnPtr) -> Vec<String> {
     f.iter_curry().map(|v| format!("{v:?}")).collect()
+}
+
+/// Before a call of macro `key` (closure `f`; `audit <name>` or `signal <name>` for an audit
+/// body or a signal, which capture the same variables): records what `f` captured
+/// ([`captured`]) unless recorded since the state last changed.
+fn note_captured(refs: &Refs, key: &str, f: &FnPtr) {
+    if !f.curry().is_empty() && !refs.state.borrow().captured.contains_key(key) {
+        let before = captured(f);
+        refs.state.borrow_mut().captured.insert(key.to_string(), before);
+    }
 }
 
 /// After a call of macro `name` (closure `f` of `ast`): the first variable it captured whose

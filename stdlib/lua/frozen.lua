@@ -6,7 +6,8 @@
 -- metatable — would make a model's SQL depend on which models that interpreter served before it:
 -- on the load cache and on thread timing. So before a macro's first call the host takes a
 -- snapshot of everything the macro can reach, and after each of its calls compares: a difference
--- is a load error naming the macro and the first thing written.
+-- is a load error naming the macro and the first thing written. The audit bodies and signals
+-- the interpreter runs are checked the same way (they reach the same state).
 --
 -- What a macro can reach: its function's upvalues (the file's `local`s and its globals, through
 -- `_ENV`), followed through tables (keys, values, metatables) and the project's functions (their
@@ -22,6 +23,7 @@
 -- `getupvalue`, `getinfo` and `getmetatable`, which no script ever sees.
 local getupvalue, getinfo, getmetatable = ...
 local next, type, rawequal, rawget, tostring = next, type, rawequal, rawget, tostring
+local mtype = math.type
 local find, format, sub = string.find, string.format, string.sub
 
 -- A function of a project file (chunks are named `@<file>`), not C and not efmesh's own.
@@ -54,10 +56,20 @@ local function metatable_of(path)
   return "getmetatable(" .. (path == "" and "_ENV" or path) .. ")"
 end
 
--- Whether `now` differs from `was`: not the same value (NaN is itself). A number turned into
--- the same number of the other subtype (`1` into `1.0`) is not seen.
+-- Whether number `now` differs from number `was` equal to it (`rawequal` and `==` hold): the
+-- other subtype (`1` and `1.0`, which `tostring` and `%s` write differently) or the other zero
+-- (`0.0` and `-0.0`: `1/x` tells them apart).
+local function other_number(was, now)
+  return mtype(was) ~= mtype(now) or (was == 0 and 1 / was ~= 1 / now)
+end
+
+-- Whether `now` differs from `was`: not the same value (NaN is itself), or the same number
+-- written otherwise (`other_number`).
 local function differs(was, now)
-  return not rawequal(was, now) and (was == was or now == now)
+  if rawequal(was, now) then
+    return type(now) == "number" and other_number(was, now)
+  end
+  return was == was or now == now
 end
 
 -- How each value of a snapshot was reached, to name what changed: the `i`-th value reached is
@@ -155,7 +167,9 @@ local function changed(snap)
       -- `~=` first (no call): neither side is a table or a userdata unless `objects[k]`.
       if objects[k] then
         if not rawequal(was, x) then return field(path_of(snap, r[5]), k) end
-      elseif was ~= x and (was == was or x == x) then
+      elseif was ~= x then
+        if was == was or x == x then return field(path_of(snap, r[5]), k) end
+      elseif type(x) == "number" and other_number(was, x) then
         return field(path_of(snap, r[5]), k)
       end
     end

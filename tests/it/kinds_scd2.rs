@@ -403,11 +403,14 @@ fn a_history_below_a_unique_key_parent_built_anew_is_refused_instead_of_recordin
     assert_eq!(sibling["build"], false, "{plan:#}");
     let text = p.run(&["plan", "dev"]).expect_code(0).stdout.clone();
     assert!(text.contains("apply refuses this: ") && text.contains("keep the rows kept upstream (and this table) with `--forward-only m.base`"), "{text}");
+    // No column of `m.assign` was dropped or added: declaring `renamed` is no way forward.
+    assert!(!text.contains("renamed = {"), "{text}");
     // `apply --yes` refuses: the history would start over.
     let refused = p.run(&["apply", "dev", "--yes"]);
     refused.expect_code(1);
     let why = &refused.stderr;
     assert!(why.contains("scd_type2 model `m.assign`") && why.contains("`--forward-only m.base`") && why.contains("`--reset-history m.assign`"), "{why}");
+    assert!(!why.contains("renamed = {"), "{why}");
     assert_eq!(history(&p), both_open, "nothing was done");
 
     // Forward-only on the parent keeps its table and patient 2: the history and the sibling keep

@@ -403,6 +403,52 @@ fn a_macro_writing_state_another_macro_reads_is_a_load_error_on_any_number_of_th
     assert!(changed(&p.plan("dev")).is_empty());
 }
 
+/// An audit body of the macro files reaches their state as their macros do: one writing what a
+/// macro reads is a load error naming the audit, its definition's file:line and what it wrote
+/// (the write went unchecked before: the macro answered `2` after the audit's use was served and
+/// `1` after a comment edit of its own model alone).
+#[test]
+fn an_audit_body_writing_state_a_macro_reads_is_a_load_error() {
+    let p = project();
+    p.write(
+        "macros/aud.lua",
+        "local shared = { v = \"1\" }\ndefine_audit { name = \"sneaky\", params = { \"column\" },\n  query = function(self, args) shared.v = \"2\"\n    return (\"SELECT * FROM %s WHERE %s IS NULL\"):format(self, args.column) end }\ndefine_macro(\"getv\", function() return shared.v end)\n",
+    );
+    p.write(
+        "macros/aud.rhai",
+        "let state = [\"1\"];\ndefine_audit(#{ name: \"rsneaky\", params: [\"column\"], query: |rel, args| { state[0] = \"2\"; `SELECT * FROM ${rel} WHERE ${args.column} IS NULL` } });\ndefine_macro(\"rgetv\", || state[0]);\n",
+    );
+    p.write("models/a1.sql", "-- name: s.a1\n-- kind: full\n-- schema: x integer\n-- audits: sneaky(x)\nSELECT 1 AS x\n");
+    p.write("models/a2.sql", "-- name: s.a2\n-- kind: full\n-- schema: x integer\n-- audits: rsneaky(x)\nSELECT 1 AS x\n");
+    p.write("models/a3.sql", "-- name: s.a3\n-- kind: full\n-- schema: y integer\nSELECT @getv() AS y\n");
+    p.write("models/a4.sql", "-- name: s.a4\n-- kind: full\n-- schema: y integer\nSELECT @rgetv() AS y\n");
+    for threads in ["1", "2"] {
+        let out = p.command(&["check"]).env("EFMESH_LOAD_THREADS", threads).output().expect("spawn efmesh");
+        let run = Run::from_output(out, format!("EFMESH_LOAD_THREADS={threads} efmesh check"));
+        run.expect_code(1);
+        let said = format!("{}{}", run.stdout, run.stderr);
+        for expected in [
+            "audit `sneaky` (macros/aud.lua:2) writes state that outlives the call (`shared.v`)",
+            "audit `rsneaky` (macros/aud.rhai:2) writes state that outlives the call (`state`)",
+        ] {
+            assert!(said.contains(expected), "{threads} threads: `{expected}` in:\n{said}");
+        }
+        assert!(!said.contains("models/a3.sql") && !said.contains("models/a4.sql"), "the macros reading are not blamed: {said}");
+    }
+    // An audit body building its own tables and reading the file's: the macros answer `1`.
+    p.write(
+        "macros/aud.lua",
+        "local shared = { v = \"1\" }\ndefine_audit { name = \"sneaky\", params = { \"column\" },\n  query = function(self, args) local mine = { v = shared.v }; mine.v = \"2\"\n    return (\"SELECT * FROM %s WHERE %s IS NULL\"):format(self, args.column) end }\ndefine_macro(\"getv\", function() return shared.v end)\n",
+    );
+    p.write(
+        "macros/aud.rhai",
+        "let state = [\"1\"];\ndefine_audit(#{ name: \"rsneaky\", params: [\"column\"], query: |rel, args| { let mine = state; mine[0] = \"2\"; `SELECT * FROM ${rel} WHERE ${args.column} IS NULL` } });\ndefine_macro(\"rgetv\", || state[0]);\n",
+    );
+    p.apply("dev");
+    assert_eq!(p.rows("dev__s.a3"), vec![vec![Some("1".into())]]);
+    assert_eq!(p.rows("dev__s.a4"), vec![vec![Some("1".into())]]);
+}
+
 /// A macro's mistakes are load errors at the call saying what went wrong, within bounds: a
 /// table raised (`failed: table` before), extra values returned or an extra argument to
 /// `define_macro` (ignored silently before), a NUL byte in its SQL (`check` passed with a

@@ -14,9 +14,14 @@
 //!
 //! The comparison reads every table the macro reaches again, so a call costs time in proportion
 //! to that (a file's globals and its copies of the libraries: some hundred entries, a few
-//! microseconds), with no allocation and no project code run (no metamethod is called). Snapshots
-//! are dropped whenever the state may have changed for another reason (a write found, an audit
-//! body or a signal run by the interpreter) and taken again at each macro's next call.
+//! microseconds), with no allocation and no project code run (no metamethod is called).
+//!
+//! The audit bodies and signals the interpreter runs reach the same state, so they are checked
+//! the same way ([`super::LuaHost::render_audit`], [`super::LuaHost::call_signal`]; their
+//! snapshots are keyed `audit <name>` and `signal <name>`, which no macro's name can be): one
+//! writing what a macro reads is a load error naming it, not a change the next macro's snapshot
+//! silently starts from. Snapshots are dropped when a write is found and taken again at each
+//! one's next call.
 
 use mlua::{Function, Lua, Table};
 use std::cell::RefCell;
@@ -78,9 +83,8 @@ impl Frozen {
         Ok(written)
     }
 
-    /// Drops every snapshot: after a request that may change the state for another reason (an
-    /// audit body, a signal), so that no macro is blamed for it.
-    pub(super) fn forget(&self) {
+    /// Drops every snapshot (the state they describe is gone).
+    fn forget(&self) {
         self.taken.borrow_mut().clear();
     }
 }
@@ -162,6 +166,27 @@ mod tests {
             "local names = { a = \"x\", nan = 0/0 }\nreturn function(x) local l = {} for i = 1, 3 do l[i] = x end names.tmp = x; names.tmp = nil\n  return table.concat(l, \",\") .. names.a end",
         );
         assert_eq!(writes(&lua, &frozen, &f, 3), vec![None, None, None]);
+    }
+
+    #[test]
+    fn a_number_turned_into_the_other_subtype_or_the_other_zero_is_a_write() {
+        let (lua, frozen) = interpreter();
+        for (code, written) in [
+            ("local st = { n = 1 }\nreturn function() st.n = st.n * 1.0; return \"\" end", "st.n"),
+            ("local st = { n = 2.0 }\nreturn function() st.n = math.tointeger(st.n); return \"\" end", "st.n"),
+            ("local st = { z = 0.0 }\nreturn function() st.z = -st.z; return \"\" end", "st.z"),
+            ("local n = 1\nreturn function() n = n * 1.0; return \"\" end", "n"),
+            ("local z = -0.0\nreturn function() z = 0.0; return \"\" end", "z"),
+        ] {
+            let f = macro_of(&lua, code);
+            assert_eq!(writes(&lua, &frozen, &f, 1), vec![Some(written.to_string())], "{code}");
+        }
+        // The same number of the same subtype (and NaN) written again is no write.
+        let f = macro_of(
+            &lua,
+            "local st = { n = 1, x = 1.0, z = -0.0, nan = 0/0 }\nlocal n, z = 1, 0.0\nreturn function()\n  st.n = 1; st.x = 1.0; st.z = -0.0; st.nan = 0/0; n = 1; z = 0.0; return \"\" end",
+        );
+        assert_eq!(writes(&lua, &frozen, &f, 2), vec![None, None]);
     }
 
     #[test]
