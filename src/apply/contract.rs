@@ -224,6 +224,13 @@ pub fn changed_values(engine: &mut dyn Engine, rows: &str, filter: &str, lossy: 
     }))
 }
 
+/// The first column whose values a stored type would change ([`first_changed`]): its index
+/// among the columns asked, and how many values with an example (as [`changed_values`] says).
+pub type FirstChanged = (usize, (String, String));
+
+/// A check query that failed ([`first_changed`]): the index of its column and the engine's error.
+pub type ColumnFailed = (usize, crate::engine::EngineError);
+
 /// Of `columns` (each as [`changed_values`] takes it), the first in their order that has a value
 /// among the rows of `rows` that `filter` keeps which its stored type would change: its index and
 /// what [`changed_values`] says of it (the same count and example as when it is checked alone).
@@ -235,12 +242,7 @@ pub fn changed_values(engine: &mut dyn Engine, rows: &str, filter: &str, lossy: 
 ///
 /// # Errors
 /// The engine's, with the index of the column whose query failed.
-pub fn first_changed(
-    engine: &mut dyn Engine,
-    rows: &str,
-    filter: &str,
-    columns: &[LossyColumn],
-) -> Result<Option<(usize, (String, String))>, (usize, crate::engine::EngineError)> {
+pub fn first_changed(engine: &mut dyn Engine, rows: &str, filter: &str, columns: &[LossyColumn]) -> Result<Option<FirstChanged>, ColumnFailed> {
     // One column: its own query is the one scan.
     let counted = if columns.len() > 1 {
         let sql = changed_counts_sql(engine.sql(), rows, filter, columns);

@@ -244,7 +244,7 @@ pub fn history_refusal(plan: &Plan) -> Option<String> {
         }
     }
     s.push_str("\n  choose, per model:");
-    let renames: Vec<(&Action, (Vec<&str>, Vec<&str>))> = refused.iter().filter_map(|(a, h)| h.rename_candidates().map(|c| (*a, c))).collect();
+    let renames: Vec<_> = refused.iter().filter_map(|(a, h)| h.rename_candidates().map(|c| (*a, c))).collect();
     for (a, (dropped, added)) in &renames {
         if let ([old], [new]) = (dropped.as_slice(), added.as_slice()) {
             s.push_str(&format!(
