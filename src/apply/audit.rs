@@ -89,14 +89,7 @@ impl AuditResult {
 
     /// One line naming the audit, the model, where and how many rows, then the samples.
     pub fn describe(&self) -> String {
-        let rows = if self.violations == 1 { "row" } else { "rows" };
-        let at = match self.intervals.as_slice() {
-            [one] => format!(" in {one}"),
-            [] => String::new(),
-            many => format!(" in {} batches", many.len()),
-        };
-        let place = self.location.as_deref().map(|l| format!("{l}: ")).unwrap_or_default();
-        let mut s = format!("{place}audit `{}` on model `{}`{at}: {} violating {rows}", self.audit, self.model, self.violations);
+        let mut s = self.headline();
         for row in &self.sample {
             s.push_str(&format!("\n    {row}"));
         }
@@ -105,6 +98,19 @@ impl AuditResult {
             s.push_str(&format!("\n    … and {more} more"));
         }
         s
+    }
+
+    /// The first line of [`AuditResult::describe`], without the sample rows: the audit, the
+    /// model, where (the batch) and how many rows.
+    pub fn headline(&self) -> String {
+        let rows = if self.violations == 1 { "row" } else { "rows" };
+        let at = match self.intervals.as_slice() {
+            [one] => format!(" in {one}"),
+            [] => String::new(),
+            many => format!(" in {} batches", many.len()),
+        };
+        let place = self.location.as_deref().map(|l| format!("{l}: ")).unwrap_or_default();
+        format!("{place}audit `{}` on model `{}`{at}: {} violating {rows}", self.audit, self.model, self.violations)
     }
 
     /// Folds another run of the same audit into this one.
@@ -230,10 +236,15 @@ pub fn run_one(engine: &mut dyn Engine, model: &ModelName, audit: &Audit, sql: &
     })
 }
 
-/// Logs every `warn` audit that found violating rows (stderr, level warn).
+/// Logs every `warn` audit that found violating rows: one short line at level warn (the audit,
+/// the model, the batch, the count; a backfill logs one per batch), and its sample rows at level
+/// debug only. The command's summary on stdout reports the samples once, for every batch together.
 pub fn log_warnings(results: &[AuditResult]) {
     for r in results.iter().filter(|r| !r.blocking && r.violations > 0) {
-        tracing::warn!("{}", r.describe());
+        tracing::warn!("{}", r.headline());
+        for row in &r.sample {
+            tracing::debug!(audit = %r.audit, model = %r.model, row = %row, "warn audit: violating row");
+        }
     }
 }
 

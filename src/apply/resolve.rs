@@ -66,9 +66,13 @@ pub use crate::plan::integrity::{embeds_project_root, is_url};
 
 /// The expression reading an external source, restricted to its declared columns (cast to
 /// their declared types when the reader could not type them, see
-/// [`External::typed_by_consumers`]).
+/// [`External::typed_by_consumers`]). A CSV glob with a guarded column is read with each row's
+/// file too ([`External::names_files`]), for the guard's message to name the file holding the
+/// refused value; the projection leaves that column out.
 pub fn external_relation(project: &Project, model: &Model, ext: &External) -> String {
-    let src = external_source(project, model, ext);
+    let root = project.config.root.clone();
+    let src = ext.render_for_consumers(&|p| resolve_source_path(&root, p), &model.schema.0);
+    let in_file = ext.names_files(&model.schema.0);
     // (A JSON file's text columns are left as read: a field DuckDB typed `JSON` cast to text
     // would keep a string's quotes.)
     let json = matches!(ext, External::Files { format: crate::core::FileFormat::Json, .. });
@@ -86,14 +90,14 @@ pub fn external_relation(project: &Project, model: &Model, ext: &External) -> St
                 if json && crate::core::schema::TypeFamily::of(&c.ty) == crate::core::schema::TypeFamily::Text {
                     q
                 } else if ext.guards_zoned(&c.ty) {
-                    ext.read_column(c, &what)
+                    ext.read_column(c, &what, in_file)
                 } else {
                     format!("CAST({q} AS {}) AS {q}", c.ty)
                 }
             })
             .collect()
     } else {
-        model.schema.0.iter().map(|c| ext.read_column(c, &what)).collect()
+        model.schema.0.iter().map(|c| ext.read_column(c, &what, in_file)).collect()
     };
     format!("(SELECT {} FROM {src})", cols.join(", "))
 }

@@ -1,7 +1,7 @@
 //! `efmesh audit <env>`: runs the project's audits against what an environment serves now.
 
 use super::printer::Printer;
-use super::{Exit, load, open_state};
+use super::{Exit, UsageError, load, open_state};
 use crate::apply::audit::{AuditResult, audit_environment};
 use crate::core::ModelName;
 use anyhow::{Result, anyhow};
@@ -32,7 +32,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, models: &str, json: bool,
         let name = ModelName::parse(m).map_err(|e| anyhow!("--model: {e}"))?;
         if project.dag.get(&name).is_none() {
             let hint = project.dag.suggest(m).map(|s| format!("\n  hint: did you mean `{s}`?")).unwrap_or_default();
-            return Err(anyhow!("--model: unknown model `{m}`{hint}"));
+            return Err(anyhow!(UsageError(format!("--model: unknown model `{m}`{hint}"))));
         }
         only.insert(name);
     }
@@ -42,12 +42,12 @@ pub(super) fn run(config: &std::path::Path, env: &str, models: &str, json: bool,
     if served.is_empty() {
         // One the janitor dropped is said so, as `status` and `diff` say it.
         if let Some(at) = super::envlife::dropped_at(&*state, env)? {
-            return Err(anyhow!(
+            return Err(anyhow!(UsageError(format!(
                 "environment `{env}` {}: it serves nothing to audit\n  hint: `efmesh apply {env}` creates it again",
                 super::envlife::dropped_phrase(&at)
-            ));
+            ))));
         }
-        return Err(anyhow!("environment `{env}` does not exist (nothing was applied to it)\n  hint: run `efmesh apply {env}` first"));
+        return Err(anyhow!(UsageError(format!("environment `{env}` does not exist (nothing was applied to it)\n  hint: run `efmesh apply {env}` first"))));
     }
     // Embedded models and externals render from the project's definitions: one edited and not
     // applied is not what the environment serves, and the audits inlining it do not run (nor

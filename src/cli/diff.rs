@@ -9,7 +9,7 @@
 //! read-only on the engine ([`crate::datadiff`]).
 
 use super::printer::Printer;
-use super::{Exit, load, open_state, open_state_records};
+use super::{Exit, UsageError, load, open_state, open_state_records};
 use crate::core::Model;
 use anyhow::{Result, anyhow};
 use serde_json::json;
@@ -63,7 +63,7 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
                 Some(at) => super::envlife::dropped_phrase(&at),
                 None => "was never applied".to_string(),
             };
-            return Err(anyhow!("environment `{env}` {what} (environments: {list})\n  hint: `efmesh apply {env}` creates it"));
+            return Err(anyhow!(UsageError(format!("environment `{env}` {what} (environments: {list})\n  hint: `efmesh apply {env}` creates it"))));
         }
     }
     let (pa, pb) = (state.env_pointers(a)?, state.env_pointers(b)?);
@@ -75,7 +75,7 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
                 let name = crate::core::ModelName::parse(m)?.to_string();
                 if !pa.contains_key(&name) && !pb.contains_key(&name) && project.dag.get(&crate::core::ModelName::parse(m)?).is_none() {
                     let hint = project.dag.suggest(m).map(|s| format!("\n  hint: did you mean `{s}`?")).unwrap_or_default();
-                    return Err(anyhow!("unknown model `{m}`: neither environment serves it and the project has no such model{hint}"));
+                    return Err(anyhow!(UsageError(format!("unknown model `{m}`: neither environment serves it and the project has no such model{hint}"))));
                 }
                 set.insert(name);
             }

@@ -3,7 +3,7 @@
 //! down to externals and seeds, or (`--downstream`) which columns read it.
 
 use super::printer::Printer;
-use super::{Exit, load};
+use super::{Exit, UsageError, load};
 use crate::core::error::did_you_mean;
 use crate::plan::lineage::{LineageNode, ProjectLineage, split_target};
 use anyhow::{Result, anyhow};
@@ -12,10 +12,11 @@ use serde_json::json;
 /// Prints the lineage of `target` (`schema.table` or `schema.table.column`).
 pub(super) fn run(config: &std::path::Path, target: &str, depth: Option<usize>, downstream: bool, json: bool, out: &Printer) -> Result<Exit> {
     let project = load(config)?;
-    let (name, column) = split_target(&project, target)?;
+    // A target naming nothing (no such model, a malformed name) is a usage error, as elsewhere.
+    let (name, column) = split_target(&project, target).map_err(|e| anyhow!(UsageError(format!("{e:#}"))))?;
     let model = name.to_string();
     let lineage = ProjectLineage::of(&project);
-    let ml = lineage.model(&model).ok_or_else(|| anyhow!("unknown model `{model}`"))?;
+    let ml = lineage.model(&model).ok_or_else(|| anyhow!(UsageError(format!("unknown model `{model}`"))))?;
     let names: Vec<String> = ml.columns.iter().filter_map(|c| c.column.clone()).collect();
     let columns: Vec<String> = match &column {
         None => names.clone(),
@@ -23,7 +24,7 @@ pub(super) fn run(config: &std::path::Path, target: &str, depth: Option<usize>, 
             Some(n) => vec![n.clone()],
             None => {
                 let hint = did_you_mean(c, names.iter().map(String::as_str)).map(|s| format!("\n  hint: did you mean `{model}.{s}`?")).unwrap_or_default();
-                return Err(anyhow!("model `{model}` has no column `{c}` (columns: {}){hint}", names.join(", ")));
+                return Err(anyhow!(UsageError(format!("model `{model}` has no column `{c}` (columns: {}){hint}", names.join(", ")))));
             }
         },
     };

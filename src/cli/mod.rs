@@ -174,8 +174,8 @@ pub fn error_kind(err: &anyhow::Error) -> &'static str {
         if e.is::<crate::engine::EngineError>() {
             return "engine";
         }
-        // (`init` and `completions`, the commands refusing a flag with a `UsageError` today, take
-        // no `--json`: the kind is there for a command that does.)
+        // (`init` and `completions` refuse a flag with a `UsageError` and take no `--json`; the
+        // commands naming a model or environment that does not exist refuse it with one too.)
         if e.is::<crate::core::name::NameError>() || e.is::<crate::core::select::SelectError>() || e.is::<UsageError>() {
             return "usage";
         }
@@ -409,8 +409,9 @@ fn refuse_ignored_config(args: &Args) -> Result<()> {
     Err(anyhow!(UsageError(format!("`--config {}`: {why}", given.display()))))
 }
 
-/// A command line efmesh refuses after clap accepted it (a flag the command would ignore):
-/// `--json` error kind `usage`, as for clap's own refusals.
+/// A command line efmesh refuses after clap accepted it (a flag the command would ignore, or a
+/// model, environment or column it names that does not exist): `--json` error kind `usage`, as
+/// for clap's own refusals and an unknown model in a `--select`.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct UsageError(pub String);
@@ -679,7 +680,7 @@ fn cmd_render(config: &std::path::Path, model: &str, env: Option<&str>, json: bo
     let name = ModelName::parse(model)?;
     let Some(m) = project.dag.get(&name) else {
         let hint = project.dag.suggest(model).map(|s| format!("\n  hint: did you mean `{s}`?")).unwrap_or_default();
-        return Err(anyhow!("unknown model `{model}`{hint}"));
+        return Err(anyhow!(UsageError(format!("unknown model `{model}`{hint}"))));
     };
     let mut env_exists = None;
     let mut env_dropped = None;

@@ -3,7 +3,7 @@
 //! comparison). Read-only; see `docs/preview.md`.
 
 use super::printer::Printer;
-use super::{Exit, load, open_state, plan_checked};
+use super::{Exit, UsageError, load, open_state, plan_checked};
 use crate::core::ModelName;
 use crate::core::interval::Millis;
 use crate::plan::Change;
@@ -23,7 +23,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, models: &[String], rows: 
         let name = ModelName::parse(m)?;
         if project.dag.get(&name).is_none() {
             let hint = project.dag.suggest(m).map(|s| format!("\n  hint: did you mean `{s}`?")).unwrap_or_default();
-            return Err(anyhow!("unknown model `{m}`{hint}"));
+            return Err(anyhow!(UsageError(format!("unknown model `{m}`{hint}"))));
         }
         if !names.contains(&name) {
             names.push(name);

@@ -7,7 +7,7 @@
 
 use super::printer::Printer;
 use super::restate::aligned;
-use super::{Exit, load, open_state};
+use super::{Exit, UsageError, load, open_state};
 use crate::apply::batch::{self, BatchWrite};
 use crate::apply::resolve::{ExecResolver, Mode};
 use crate::core::interval::{self, Interval, Millis, parse_instant, to_iso};
@@ -54,7 +54,7 @@ pub(super) fn interval(config: &std::path::Path, req: Request<'_>, out: &Printer
     let name = ModelName::parse(req.model)?;
     let Some(model) = project.dag.get(&name) else {
         let hint = project.dag.suggest(req.model).map(|s| format!("\n  hint: did you mean `{s}`?")).unwrap_or_default();
-        bail!("unknown model `{}`{hint}", req.model);
+        bail!(UsageError(format!("unknown model `{}`{hint}", req.model)));
     };
     let (Kind::IncrementalByTimeRange(t), Some(body)) = (&model.kind, &model.body) else {
         bail!(

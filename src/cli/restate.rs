@@ -6,7 +6,7 @@
 
 use super::lock::{Locked, lock_env};
 use super::printer::Printer;
-use super::{Exit, load, open_state};
+use super::{Exit, UsageError, load, open_state};
 use crate::core::interval::{Grain, Millis, parse_instant, to_iso};
 use crate::core::kind::TimeRange;
 use crate::core::name::PROD;
@@ -75,7 +75,7 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
     let name = ModelName::parse(req.model)?;
     let Some(model) = project.dag.get(&name) else {
         let hint = project.dag.suggest(req.model).map(|s| format!("\n  hint: did you mean `{s}`?")).unwrap_or_default();
-        bail!("unknown model `{}`{hint}", req.model);
+        bail!(UsageError(format!("unknown model `{}`{hint}", req.model)));
     };
     let t = match &model.kind {
         Kind::IncrementalByTimeRange(t) => t.clone(),

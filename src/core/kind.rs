@@ -408,19 +408,37 @@ impl External {
         matches!(self, External::Files { format: FileFormat::Csv, .. }) && super::schema::csv_reader_nulls_bad_values(ty)
     }
 
+    /// The column the relation consumers read has each row's file in when it names the file of
+    /// a refused value ([`Self::names_files`]): a reserved name, since DuckDB's `filename`
+    /// virtual column is shadowed by a real column of that name. The relation's projection of
+    /// the declared columns leaves it out.
+    pub const FILE_COLUMN: &'static str = "__efmesh_file";
+
+    /// True when the relation consumers read names the file holding a value its guard refuses
+    /// ([`Self::read_column`]): a CSV glob (the path as written holds `*`, `?`, `[` or `{`),
+    /// some column of which (`columns`, the declared ones) is guarded ([`Self::guards_zoned`]).
+    /// A single file is named by the path as written already.
+    pub fn names_files(&self, columns: &[super::schema::Column]) -> bool {
+        matches!(self, External::Files { path, format: FileFormat::Csv, .. } if path.contains(['*', '?', '[', '{']))
+            && columns.iter().any(|c| self.guards_zoned(&c.ty))
+    }
+
     /// The expression the relation consumers read selects for column `c` of this source (as
     /// `c`): a column read as text ([`Self::reads_as_text`]) cast to its declared type, a value
     /// that is none failing the build with a message naming `what` (the model and where the
-    /// file is), the column and the value; any other column as read.
-    pub fn read_column(&self, c: &super::schema::Column, what: &str) -> String {
+    /// file is), the column and the value — and, given `in_file` (the source read by
+    /// [`Self::render_for_consumers`] for a source that [`Self::names_files`]), ending with
+    /// ` (in <the matched file>)`; any other column as read.
+    pub fn read_column(&self, c: &super::schema::Column, what: &str, in_file: bool) -> String {
         let q = quote_ident(&c.name);
         if !self.guards_zoned(&c.ty) {
             return q;
         }
         let before = format!("{what}: column `{}` holds `", c.name);
         let after = format!("`, which is no `{}` (a value meaning no value belongs in the model's `null_markers`)", c.ty);
+        let file = if in_file { format!(" || ' (in ' || {} || ')'", quote_ident(Self::FILE_COLUMN)) } else { String::new() };
         format!(
-            "CASE WHEN {q} IS NULL THEN NULL ELSE coalesce(TRY_CAST({q} AS {ty}), error({} || {q} || {})) END AS {q}",
+            "CASE WHEN {q} IS NULL THEN NULL ELSE coalesce(TRY_CAST({q} AS {ty}), error({} || {q} || {}{file})) END AS {q}",
             quote_literal(&before),
             quote_literal(&after),
             ty = c.ty
@@ -429,7 +447,22 @@ impl External {
 
     /// The SQL relation expression reading this source. `resolve_path` turns the path as
     /// written into the one the engine should open (e.g. absolute against the project dir).
+    /// Its columns are the source's own (what the contract check describes and `efmesh render`
+    /// shows); see [`Self::render_for_consumers`].
     pub fn render(&self, resolve_path: &dyn Fn(&str) -> String, columns: &[super::schema::Column]) -> String {
+        self.render_reading(resolve_path, columns, false)
+    }
+
+    /// [`Self::render`] for the relation consumers read, which projects the declared columns:
+    /// for a source that [`Self::names_files`], read with DuckDB's `filename` option too, each
+    /// row's file in [`Self::FILE_COLUMN`] for the guard's message ([`Self::read_column`]).
+    pub fn render_for_consumers(&self, resolve_path: &dyn Fn(&str) -> String, columns: &[super::schema::Column]) -> String {
+        self.render_reading(resolve_path, columns, self.names_files(columns))
+    }
+
+    /// [`Self::render`], with `filename = '<FILE_COLUMN>'` among a CSV reader's options when
+    /// `file_column`.
+    fn render_reading(&self, resolve_path: &dyn Fn(&str) -> String, columns: &[super::schema::Column], file_column: bool) -> String {
         match self {
             External::Table { name } => name.split('.').map(quote_ident).collect::<Vec<_>>().join("."),
             External::Files { path, format, union_by_name, hive_partitioning, null_markers, csv } => {
@@ -485,6 +518,9 @@ impl External {
                 if let Some(b) = hive_partitioning {
                     args.push(format!("hive_partitioning = {b}"));
                 }
+                if file_column && *format == FileFormat::Csv {
+                    args.push(format!("filename = {}", quote_literal(Self::FILE_COLUMN)));
+                }
                 let func = match format {
                     FileFormat::Csv => "read_csv",
                     FileFormat::Parquet => "read_parquet",
@@ -517,20 +553,42 @@ mod tests {
     }
 
     /// A zoned time is read from a CSV file as text and cast for the consumers, a value that is
-    /// none failing with the message; other columns, and other formats, keep their types.
+    /// none failing with the message; other columns, and other formats, keep their types. A
+    /// glob's relation for the consumers (only it) reads each row's file too, and the message
+    /// ends naming it; a single file's does not.
     #[test]
     fn csv_zoned_times_are_read_as_text_and_cast_with_a_failing_guard() {
         let col = |n: &str, ty: &str| super::super::schema::Column { name: n.into(), ty: ty.into() };
-        let ext = |format| External::Files { path: "x".into(), format, union_by_name: None, hive_partitioning: None, null_markers: vec![], csv: None };
+        let files = |p: &str, format| External::Files { path: p.into(), format, union_by_name: None, hive_partitioning: None, null_markers: vec![], csv: None };
+        let ext = |format| files("x", format);
         let cols = [col("t", "timestamptz"), col("w", "TIME WITH TIME ZONE"), col("n", "timestamp")];
         let csv = ext(FileFormat::Csv);
         assert!(csv.render(&|p| p.to_string(), &cols).ends_with("types = {'t': 'varchar', 'w': 'varchar', 'n': 'timestamp'})"));
         assert_eq!(
-            csv.read_column(&cols[0], "external `r.x`"),
+            csv.read_column(&cols[0], "external `r.x`", false),
             "CASE WHEN \"t\" IS NULL THEN NULL ELSE coalesce(TRY_CAST(\"t\" AS timestamptz), error('external `r.x`: column `t` holds `' || \"t\" || '`, which is no `timestamptz` (a value meaning no value belongs in the model''s `null_markers`)')) END AS \"t\""
         );
-        assert_eq!(csv.read_column(&cols[2], "external `r.x`"), "\"t\"".replace('t', "n"));
+        assert_eq!(csv.read_column(&cols[2], "external `r.x`", false), "\"t\"".replace('t', "n"));
         assert!(!ext(FileFormat::Parquet).reads_as_text("timestamptz") && !ext(FileFormat::Json).reads_as_text("timestamptz"));
+        // A single file: read as `render` reads it, the message unchanged.
+        assert!(!csv.names_files(&cols));
+        assert_eq!(csv.render_for_consumers(&|p| p.to_string(), &cols), csv.render(&|p| p.to_string(), &cols));
+        // A glob (any of `*`, `?`, `[`, `{`) with a guarded column: the consumers' read adds the
+        // file column, `render` (the contract's DESCRIBE, `efmesh render`) does not.
+        for path in ["d/*.csv", "d/?.csv", "d/[ab].csv", "d/{a,b}.csv"] {
+            assert!(files(path, FileFormat::Csv).names_files(&cols), "{path}");
+        }
+        let glob = files("d/*.csv", FileFormat::Csv);
+        assert!(glob.render_for_consumers(&|p| p.to_string(), &cols).ends_with("'n': 'timestamp'}, filename = '__efmesh_file')"));
+        assert!(!glob.render(&|p| p.to_string(), &cols).contains("filename"));
+        assert_eq!(
+            glob.read_column(&cols[0], "external `r.x`", true),
+            "CASE WHEN \"t\" IS NULL THEN NULL ELSE coalesce(TRY_CAST(\"t\" AS timestamptz), error('external `r.x`: column `t` holds `' || \"t\" || '`, which is no `timestamptz` (a value meaning no value belongs in the model''s `null_markers`)' || ' (in ' || \"__efmesh_file\" || ')')) END AS \"t\""
+        );
+        // No guarded column, or no CSV: nothing to name.
+        assert!(!glob.names_files(&cols[2..]));
+        assert!(!files("d/*.parquet", FileFormat::Parquet).names_files(&cols));
+        assert!(!files("d/*.parquet", FileFormat::Parquet).render_for_consumers(&|p| p.to_string(), &cols).contains("filename"));
     }
 
     #[test]

@@ -532,11 +532,20 @@ fn warn_audits_log_and_never_block(engine: EngineBackend) {
     assert_eq!(r["runs"], 5);
     assert_eq!(r["intervals"], serde_json::json!([{"start": "2026-01-03T00:00:00.000Z", "end": "2026-01-04T00:00:00.000Z"}]));
     assert!(run.stderr.contains("level=warn") && run.stderr.contains("audit `not_null(region)` on model `s.daily`"), "{}", run.stderr);
+    // At level warn one short line per batch: the sample rows are in the report (stdout), and in
+    // the log at level debug only.
+    let warned: Vec<&str> = run.stderr.lines().filter(|l| l.contains("level=warn") && l.contains("not_null(region)")).collect();
+    assert_eq!(warned.len(), 1, "{}", run.stderr);
+    assert!(warned[0].contains("1 violating row") && !warned[0].contains("amount") && !warned[0].contains("\\n"), "no sample row: {}", warned[0]);
     assert_eq!(p.rows(&env_view("dev", "s.daily")).len(), 5);
-    // Human output says so too.
+    // Human output says so too, with the sample row; the debug log has it as well.
     let q = daily_project(engine.another(), EVENTS, "audit.not_null { \"region\", blocking = false }");
-    let out = q.run(&["apply", "dev", "--yes"]).expect_code(0).stdout.clone();
-    assert!(out.contains("audits: 1 checked (5 runs), 0 passed, 1 warned"), "{out}");
+    let human = q.run(&["apply", "dev", "--yes", "--log-level", "debug"]);
+    human.expect_code(0);
+    assert!(human.stdout.contains("audits: 1 checked (5 runs), 0 passed, 1 warned"), "{}", human.stdout);
+    assert!(human.stdout.contains(r#""amount":30"#), "the report keeps the sample: {}", human.stdout);
+    let sample = human.stderr.lines().find(|l| l.contains("warn audit: violating row")).unwrap_or_else(|| panic!("{}", human.stderr));
+    assert!(sample.contains("level=debug") && sample.contains("s.daily") && sample.contains("amount"), "{sample}");
 }
 
 // ---- audits are metadata -----------------------------------------------------------------

@@ -202,6 +202,7 @@ fn a_csv_value_that_is_no_zoned_time_fails_the_build_instead_of_reading_as_null(
         "the value is refused, not read as NULL: {err}"
     );
     assert!(err.contains("`null_markers`"), "{err}");
+    assert!(!err.contains("`null_markers`) (in "), "a single file is named by its path as written: {err}");
     // Declared a marker, it is NULL; the other values are the instants they spell.
     write_models(&p, r#"path = "data/parts.csv", null_markers = { "NA" }"#, schema, consumer);
     p.apply("dev");
@@ -217,6 +218,31 @@ fn a_csv_value_that_is_no_zoned_time_fails_the_build_instead_of_reading_as_null(
     let run = p.run(&["apply", "dev", "--yes"]);
     run.expect_code(1);
     assert!(run.stderr.contains("column `w` holds `1`, which is no `time with time zone`"), "{}", run.stderr);
+}
+
+/// The message of a zoned-time guard reading a CSV glob ends naming the matched file holding the
+/// value (the pattern alone would leave the reader to search every file), and the relation the
+/// consumers read keeps only the declared columns (the file is read as an extra one).
+#[test]
+fn a_csv_value_that_is_no_zoned_time_in_a_glob_names_the_file_holding_it() {
+    let p = Project::new();
+    p.write("data/two/a.csv", "k,t\na,2026-01-01 00:00:00+02\n");
+    p.write("data/two/b.csv", "k,t\nb,2026-01-02 00:00:00Z\nc,NA\n");
+    let schema = r#"{ { "k", "varchar" }, { "t", "timestamptz" } }"#;
+    // `UNION ALL` with two columns: the relation of `raw.parts` has no third one.
+    let consumer = "SELECT k, count(t) AS n FROM (SELECT * FROM ]] .. ref(\"raw.parts\") .. [[ UNION ALL SELECT 'z', NULL) GROUP BY k";
+    write_models(&p, r#"path = "data/two/*.csv""#, schema, consumer);
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    let err = &run.stderr;
+    let head = "external `raw.parts` (models/raw.lua:1) reading data/two/*.csv: column `t` holds `NA`, which is no `timestamptz` \
+                (a value meaning no value belongs in the model's `null_markers`) (in ";
+    let file = err.split(head).nth(1).and_then(|rest| rest.split(')').next()).unwrap_or_default();
+    assert!(file.ends_with("/data/two/b.csv"), "the second file, which holds `NA`, is named: {err}");
+    // Declared a marker, the rows read as before.
+    write_models(&p, r#"path = "data/two/*.csv", null_markers = { "NA" }"#, schema, consumer);
+    p.apply("dev");
+    assert_eq!(p.rows("\"dev__m\".\"sum\" ORDER BY k"), vec![vec![s("a"), s("1")], vec![s("b"), s("1")], vec![s("c"), s("0")], vec![s("z"), s("0")]]);
 }
 
 /// A CSV glob read with `union_by_name` takes no declared types: its zoned time column is
@@ -238,6 +264,7 @@ fn a_zoned_time_of_a_union_by_name_glob_past_the_sniffed_rows_is_refused_not_rea
     let run = p.run(&["apply", "dev", "--yes"]);
     run.expect_code(1);
     assert!(run.stderr.contains("column `t` holds `NA`, which is no `timestamptz`"), "{}", run.stderr);
+    assert!(run.stderr.contains("/data/g/a.csv)"), "the file holding `NA` is named: {}", run.stderr);
     write_models(&p, r#"path = "data/g/*.csv", union_by_name = true, null_markers = { "NA" }"#, schema, consumer);
     p.apply("dev");
     assert_eq!(p.rows("\"dev__m\".\"sum\" WHERE k IN ('0', 'x', 'y') ORDER BY k"), vec![vec![s("0"), s("1")], vec![s("x"), s("0")], vec![s("y"), s("1")]]);

@@ -281,6 +281,7 @@ fn every_json_command_prints_one_error_object_when_it_fails(engine: EngineBacken
     // stale... and usage errors.
     let v = p.run(&["audit", "nope", "--json"]).expect_code(1).json();
     assert!(v["error"]["message"].as_str().unwrap().contains("environment `nope` does not exist"), "{v:#}");
+    assert_eq!(v["error"]["kind"], "usage", "{v:#}");
     let v = p.run(&["plan", "Bad-Env", "--json"]).expect_code(1).json();
     assert_eq!(v["error"]["kind"], "usage", "{v:#}");
     let v = p.run(&["apply", "--json"]).expect_code(1).json();
@@ -289,6 +290,34 @@ fn every_json_command_prints_one_error_object_when_it_fails(engine: EngineBacken
     assert_eq!(p.run(&["audit", "nope"]).expect_code(1).stdout, "");
     // A successful `--json` command has no `error`.
     assert!(p.plan("dev").get("error").is_none());
+}
+
+/// A name given on the command line that names nothing (an unknown model, environment or
+/// column) is a `usage` error under `--json`, whichever command was given it, as an unknown
+/// model in `graph --select` is: not the catch-all `error`.
+#[test]
+fn a_name_that_names_nothing_is_a_usage_error_in_json() {
+    let p = sample_project();
+    for args in [
+        &["render", "s.nope", "--json"][..],
+        &["render", "s.nope", "--interval", "2026-01-01", "2026-01-02", "--json"],
+        &["lineage", "s.nope", "--json"],
+        &["lineage", "s.a.nope", "--json"],
+        &["preview", "dev", "s.nope", "--json"],
+        &["restate", "dev", "--model", "s.nope", "--from", "2026-01-01", "--to", "2026-01-02", "--json"],
+    ] {
+        let v = p.run(args).expect_code(1).json();
+        assert_eq!(v["error"]["kind"], "usage", "{args:?}: {v:#}");
+        assert!(v["error"]["message"].as_str().unwrap().contains("nope"), "{args:?}: {v:#}");
+    }
+    p.apply("dev");
+    for args in
+        [&["diff", "dev", "nope", "--json"][..], &["diff", "dev", "dev", "--model", "s.nope", "--json"], &["audit", "dev", "--model", "s.nope", "--json"]]
+    {
+        let v = p.run(args).expect_code(1).json();
+        assert_eq!(v["error"]["kind"], "usage", "{args:?}: {v:#}");
+        assert!(v["error"]["message"].as_str().unwrap().contains("nope"), "{args:?}: {v:#}");
+    }
 }
 
 // ---- defect 10f: secrets in efmesh.toml never appear in errors -----------------------------------

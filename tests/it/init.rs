@@ -18,6 +18,12 @@ fn init_scaffold_checks_plans_and_applies_as_is() {
     }
     let luarc = fs_err::read_to_string(dir.join(".luarc.json")).unwrap();
     assert!(luarc.contains(".efmesh/lua"), "{luarc}");
+    // The definitions `.luarc.json` points at are committed (a clone gets completion; `init`
+    // cannot write them again), while efmesh's caches under `.efmesh/` are ignored.
+    let gitignore = fs_err::read_to_string(dir.join(".gitignore")).unwrap();
+    let lines: Vec<&str> = gitignore.lines().collect();
+    assert!(lines.contains(&".efmesh/*") && lines.contains(&"!.efmesh/lua/"), "{gitignore}");
+    assert!(!lines.iter().any(|l| [".efmesh", ".efmesh/"].contains(l)), "ignores the definitions: {gitignore}");
     // It checks clean: no error and no lint warning (a newcomer's first `check`).
     let check = efmesh(&dir, &["check"]);
     let text = String::from_utf8_lossy(&check.stdout);

@@ -373,19 +373,14 @@ fn a_macro_writing_state_another_macro_reads_is_a_load_error_on_any_number_of_th
     p.write("models/y.sql", &model("y", "v", "@get()"));
     p.write("models/rx.sql", &model("rx", "z", "@rset(8)"));
     p.write("models/ry.sql", &model("ry", "v", "@rget()"));
-    for threads in ["1", "2"] {
-        let out = p.command(&["check"]).env("EFMESH_LOAD_THREADS", threads).output().expect("spawn efmesh");
-        let run = Run::from_output(out, format!("EFMESH_LOAD_THREADS={threads} efmesh check"));
-        run.expect_code(1);
-        let said = format!("{}{}", run.stdout, run.stderr);
-        for expected in [
+    check_fails_on_any_threads(
+        &p,
+        &[
             "models/x.sql:5: model `s.x`: macro `@set` (macros/state.lua:2) writes state that outlives the call (`shared.v`): a macro must be a pure function of its arguments",
             "models/rx.sql:5: model `s.rx`: macro `@rset` (macros/state.rhai:2) writes state that outlives the call (`state`)",
-        ] {
-            assert!(said.contains(expected), "{threads} threads: `{expected}` in:\n{said}");
-        }
-        assert!(!said.contains("models/y.sql") && !said.contains("models/ry.sql"), "the readers are not blamed: {said}");
-    }
+        ],
+        &["models/y.sql", "models/ry.sql"],
+    );
     // Reading the file's table, building and changing tables of its own: no state kept.
     p.write(
         "macros/state.lua",
@@ -401,6 +396,24 @@ fn a_macro_writing_state_another_macro_reads_is_a_load_error_on_any_number_of_th
     // A comment edit re-evaluates `y.sql` alone (the load cache): the same SQL.
     p.write("models/y.sql", &format!("{}-- a comment\n", model("y", "v", "@get()")));
     assert!(changed(&p.plan("dev")).is_empty());
+}
+
+/// `efmesh check` of `p` on one and on two load threads (what a load computes must not depend on
+/// them, SPEC §4 invariant 34): exit 1 saying every `expected`, naming none of `not_blamed`.
+#[track_caller]
+fn check_fails_on_any_threads(p: &Project, expected: &[&str], not_blamed: &[&str]) {
+    for threads in ["1", "2"] {
+        let out = p.command(&["check"]).env("EFMESH_LOAD_THREADS", threads).output().expect("spawn efmesh");
+        let run = Run::from_output(out, format!("EFMESH_LOAD_THREADS={threads} efmesh check"));
+        run.expect_code(1);
+        let said = format!("{}{}", run.stdout, run.stderr);
+        for e in expected {
+            assert!(said.contains(e), "{threads} threads: `{e}` in:\n{said}");
+        }
+        for n in not_blamed {
+            assert!(!said.contains(n), "{threads} threads: `{n}` is not blamed: {said}");
+        }
+    }
 }
 
 /// An audit body of the macro files reaches their state as their macros do: one writing what a
@@ -422,19 +435,14 @@ fn an_audit_body_writing_state_a_macro_reads_is_a_load_error() {
     p.write("models/a2.sql", "-- name: s.a2\n-- kind: full\n-- schema: x integer\n-- audits: rsneaky(x)\nSELECT 1 AS x\n");
     p.write("models/a3.sql", "-- name: s.a3\n-- kind: full\n-- schema: y integer\nSELECT @getv() AS y\n");
     p.write("models/a4.sql", "-- name: s.a4\n-- kind: full\n-- schema: y integer\nSELECT @rgetv() AS y\n");
-    for threads in ["1", "2"] {
-        let out = p.command(&["check"]).env("EFMESH_LOAD_THREADS", threads).output().expect("spawn efmesh");
-        let run = Run::from_output(out, format!("EFMESH_LOAD_THREADS={threads} efmesh check"));
-        run.expect_code(1);
-        let said = format!("{}{}", run.stdout, run.stderr);
-        for expected in [
+    check_fails_on_any_threads(
+        &p,
+        &[
             "audit `sneaky` (macros/aud.lua:2) writes state that outlives the call (`shared.v`)",
             "audit `rsneaky` (macros/aud.rhai:2) writes state that outlives the call (`state`)",
-        ] {
-            assert!(said.contains(expected), "{threads} threads: `{expected}` in:\n{said}");
-        }
-        assert!(!said.contains("models/a3.sql") && !said.contains("models/a4.sql"), "the macros reading are not blamed: {said}");
-    }
+        ],
+        &["models/a3.sql", "models/a4.sql"],
+    );
     // An audit body building its own tables and reading the file's: the macros answer `1`.
     p.write(
         "macros/aud.lua",
