@@ -345,10 +345,14 @@ pub fn pass_digest(model: &crate::core::Model, scope: Option<AuditScope>) -> Str
 /// An audit that `ref`s another model never qualifies (the other model's data is not tracked by
 /// this version's generation), so it runs at every promotion.
 pub fn pass_is_provable(model: &crate::core::Model) -> bool {
+    generation_tracks(model) && read_only_the_audited(model)
+}
+
+/// True when the data generation of `model`'s versions tracks every write efmesh makes to their
+/// data (SPEC §4 invariant 44): a `full`, seed or time-range model stored in an engine table.
+pub fn generation_tracks(model: &crate::core::Model) -> bool {
     use crate::core::Kind;
-    model.target == crate::core::Target::Table
-        && matches!(model.kind, Kind::Full | Kind::Seed(_) | Kind::IncrementalByTimeRange(_))
-        && read_only_the_audited(model)
+    model.target == crate::core::Target::Table && matches!(model.kind, Kind::Full | Kind::Seed(_) | Kind::IncrementalByTimeRange(_))
 }
 
 /// True when every audit of `model` provably reads nothing but the audited relation: no `ref`

@@ -1646,13 +1646,9 @@ fn pre_promotion_audits(
         // generation, same audits) does not run them again (SPEC §4 invariant 44). A time-range
         // version's pass is recorded as its builds record it ([`record_pass`]).
         let (name, fp) = (action.name.to_string(), action.fingerprint.as_str());
-        let provable = audit::pass_is_provable(model);
-        let digest = audit::pass_digest(model, model.kind.time_range().map(|_| AuditScope::Whole));
-        let generation = if provable { Some(data_generation(state, &name, fp)?) } else { None };
-        if let Some(g) = generation
-            && state.audit_pass(&name, fp)?.is_some_and(|p| p.digest == digest && p.generation == g)
-        {
-            tracing::info!(model = %model.name, "audits not run again: they passed on this version's data (generation {g})");
+        let pass = WholePass::current(state, model, fp)?;
+        if let Some(p) = pass.as_ref().filter(|p| p.passed) {
+            tracing::info!(model = %model.name, "audits not run again: they passed on this version's data (generation {})", p.generation);
             report.audits_reused.push(model.name.clone());
             continue;
         }
@@ -1679,11 +1675,8 @@ fn pre_promotion_audits(
         failures.extend(results.iter().filter(|r| r.failed()).cloned());
         report.audits.supersede(results);
         // Recorded only when the generation did not move while they ran.
-        if let Some(g) = generation
-            && passed
-            && data_generation(state, &name, fp)? == g
-        {
-            state.record_audit_pass(&name, fp, &crate::state::AuditPass { digest, generation: g }, interval::now_millis())?;
+        if let Some(pass) = pass {
+            pass.record_if_unmoved(state, &name, fp, passed)?;
         }
     }
     failures.extend(ref_audits(project, plan, engine, exec, audited, &ran, &touched, report, "apply")?);
@@ -1761,9 +1754,7 @@ pub fn others_served(state: &dyn StateStore, env: &str) -> Result<OthersServed, 
 /// ([`sharing_under_other_audits`]): a `full`, seed or time-range model with audits, stored in
 /// an engine table.
 pub fn audits_shared_tables(model: &crate::core::Model) -> bool {
-    !model.audits.is_empty()
-        && model.target == crate::core::Target::Table
-        && matches!(model.kind, crate::core::Kind::Full | crate::core::Kind::Seed(_) | crate::core::Kind::IncrementalByTimeRange(_))
+    !model.audits.is_empty() && audit::generation_tracks(model)
 }
 
 /// `prod`, when it is in `others` and serves a version of `model` on the table `physical` under
@@ -1795,25 +1786,48 @@ pub fn sharing_under_other_audits<'a>(
         .collect()
 }
 
-/// Whether a pass of `model`'s audits over its whole relation is recorded at the current data
-/// generation of its version `fp` (SPEC §4 invariant 44), with that generation; `None` when no
-/// pass of them can be recorded ([`audit::pass_is_provable`]).
-///
-/// # Errors
-/// A state read fails.
-pub fn passed_on_current_data(state: &dyn StateStore, model: &crate::core::Model, fp: &str) -> Result<Option<(bool, i64)>, StateError> {
-    if !audit::pass_is_provable(model) {
-        return Ok(None);
+/// A pass of `model`'s audits over the whole relation of its version `fp` (SPEC §4 invariant 44):
+/// the digest and data generation it would be recorded with, and whether one is recorded at that
+/// generation already.
+pub struct WholePass {
+    /// [`audit::pass_digest`] of the audits over the whole relation.
+    pub digest: String,
+    /// The version's data generation now.
+    pub generation: i64,
+    /// A pass of the same audits is recorded at that generation.
+    pub passed: bool,
+}
+
+impl WholePass {
+    /// The pass of `model`'s version `fp` as it stands; `None` when none can be recorded
+    /// ([`audit::pass_is_provable`]).
+    ///
+    /// # Errors
+    /// A state read fails.
+    pub fn current(state: &dyn StateStore, model: &crate::core::Model, fp: &str) -> Result<Option<WholePass>, StateError> {
+        if !audit::pass_is_provable(model) {
+            return Ok(None);
+        }
+        let name = model.name.to_string();
+        let digest = audit::pass_digest(model, model.kind.time_range().map(|_| crate::core::audit::AuditScope::Whole));
+        let generation = data_generation(state, &name, fp)?;
+        let passed = state.audit_pass(&name, fp)?.is_some_and(|p| p.digest == digest && p.generation == generation);
+        Ok(Some(WholePass { digest, generation, passed }))
     }
-    let name = model.name.to_string();
-    let digest = audit::pass_digest(model, model.kind.time_range().map(|_| crate::core::audit::AuditScope::Whole));
-    let g = data_generation(state, &name, fp)?;
-    Ok(Some((state.audit_pass(&name, fp)?.is_some_and(|p| p.digest == digest && p.generation == g), g)))
+
+    /// After the audits ran: records the pass when they were `clean` and the generation did not
+    /// move while they ran.
+    fn record_if_unmoved(self, state: &dyn StateStore, name: &str, fp: &str, clean: bool) -> Result<(), StateError> {
+        if clean && data_generation(state, name, fp)? == self.generation {
+            state.record_audit_pass(name, fp, &crate::state::AuditPass { digest: self.digest, generation: self.generation }, interval::now_millis())?;
+        }
+        Ok(())
+    }
 }
 
 /// In `run` of an environment other than `prod`: the audits of each version `plan.env` serves
 /// from a table `prod` also serves and writes under other audits ([`sharing_under_other_audits`]), over the whole table,
-/// unless they passed on its current data ([`passed_on_current_data`]); rows that environment
+/// unless they passed on its current data ([`WholePass`]); rows that environment
 /// wrote would otherwise be served here unaudited while `plan` says nothing changed. A pass is
 /// recorded as the promotion's are. Returns the failed results (added to `report`) and the
 /// environments writing those tables.
@@ -1846,8 +1860,8 @@ fn shared_table_audits(
         if sharing.is_empty() {
             continue;
         }
-        let passed_before = passed_on_current_data(state, model, fp)?;
-        if passed_before.is_some_and(|(passed, _)| passed) {
+        let pass = WholePass::current(state, model, fp)?;
+        if pass.as_ref().is_some_and(|p| p.passed) {
             continue;
         }
         let names = sharing.iter().map(|e| format!("`{e}`")).collect::<Vec<_>>().join(", ");
@@ -1862,13 +1876,8 @@ fn shared_table_audits(
         }
         failures.extend(results.iter().filter(|r| r.failed()).cloned());
         report.audits.supersede(results);
-        // Recorded only when the generation did not move while they ran.
-        if let Some((_, g)) = passed_before
-            && clean
-            && data_generation(state, &name, fp)? == g
-        {
-            let digest = audit::pass_digest(model, model.kind.time_range().map(|_| crate::core::audit::AuditScope::Whole));
-            state.record_audit_pass(&name, fp, &crate::state::AuditPass { digest, generation: g }, interval::now_millis())?;
+        if let Some(pass) = pass {
+            pass.record_if_unmoved(state, &name, fp, clean)?;
         }
     }
     Ok((failures, writers.into_iter().collect()))
