@@ -119,6 +119,7 @@ fn apply_error_kind(a: &crate::apply::ApplyError) -> &'static str {
         ApplyError::EngineBehind(_) => "engine-behind",
         ApplyError::LockLostAfterSwap(_) | ApplyError::PromotionUnsettled(_) => "state",
         ApplyError::ForeignViews(_) => "foreign-views",
+        ApplyError::Engine(e) if e.is_writer_busy() => "engine-locked",
         ApplyError::Engine(_) => "engine",
         ApplyError::State(s) if s.is_reclaimed() => "reclaimed",
         ApplyError::State(_) => "state",
@@ -138,9 +139,10 @@ fn apply_error_kind(a: &crate::apply::ApplyError) -> &'static str {
 }
 
 /// What kind of failure `err` is, for the `--json` error object: `config`, `load`, `plan`,
-/// `contract`, `build`, `rejected`, `target`, `audit`, `stale-plan`, `engine-behind`, `foreign-views`, `state`, `engine`,
-/// `usage`, `several` (failures of different kinds in a parallel apply), or `error` when none
-/// applies.
+/// `contract`, `build`, `rejected`, `target`, `audit`, `stale-plan`, `engine-behind`,
+/// `foreign-views`, `state`, `engine`, `engine-locked` (another process is writing the engine's
+/// database), `usage`, `several` (failures of different kinds in a parallel apply), or `error`
+/// when none applies.
 pub fn error_kind(err: &anyhow::Error) -> &'static str {
     use crate::apply::ApplyError;
     for e in err.chain() {
@@ -171,8 +173,8 @@ pub fn error_kind(err: &anyhow::Error) -> &'static str {
         if e.is::<crate::state::StateError>() {
             return "state";
         }
-        if e.is::<crate::engine::EngineError>() {
-            return "engine";
+        if let Some(engine) = e.downcast_ref::<crate::engine::EngineError>() {
+            return if engine.is_writer_busy() { "engine-locked" } else { "engine" };
         }
         // (`init` and `completions` refuse a flag with a `UsageError` and take no `--json`; the
         // commands naming a model or environment that does not exist refuse it with one too.)

@@ -430,6 +430,14 @@ impl EngineError {
         self.transient = true;
         self
     }
+
+    /// True when the database could not be opened for writing because another process is
+    /// writing it: DuckDB's file lock held, or efmesh's writer lock on a Postgres database
+    /// ([`postgres::Postgres::open_writer`]'s `Lock Error: …`). The CLI reports it as its own
+    /// `--json` kind, `engine-locked`: the database is fine and a later attempt may succeed.
+    pub fn is_writer_busy(&self) -> bool {
+        is_locked_file(&self.message) || open_failure_message(&self.message).starts_with("Lock Error: ")
+    }
 }
 
 /// What a failed [`Engine::load_extension`] of `name` says when `what` needs it: "`what` needs

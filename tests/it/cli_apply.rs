@@ -464,7 +464,8 @@ fn an_apply_with_nothing_to_apply_reports_applied_false() {
 /// While another process holds the DuckDB file, each command's hint says what that command can
 /// do: `--retries N` only where the command has it (`apply`, `run`) and was not given it (a
 /// larger `--retries` when it was), else run it again once the writer is done; and with
-/// `--json` the hint is the error's `hint`, not part of its `message`.
+/// `--json` the hint is the error's `hint`, not part of its `message`, and the kind is
+/// `engine-locked` (not a broken engine).
 #[test]
 fn a_held_duckdb_file_is_hinted_per_command_and_the_hint_is_its_own_json_field() {
     const AGAIN: &str = "run this again once that process is done";
@@ -477,6 +478,7 @@ fn a_held_duckdb_file_is_hinted_per_command_and_the_hint_is_its_own_json_field()
         run.expect_code(1);
         assert!(!run.stderr.contains("--retries"), "`{}` has no `--retries`: {}", run.cmd, run.stderr);
         let error = &run.json()["error"];
+        assert_eq!(error["kind"], "engine-locked", "`{}`: {error:#}", run.cmd);
         let hint = error["hint"].as_str().unwrap_or_else(|| panic!("`{}`: no hint in {error:#}", run.cmd));
         assert!(hint.contains("is writing this DuckDB file") && hint.ends_with(AGAIN), "`{}`: {hint}", run.cmd);
         let message = error["message"].as_str().unwrap_or_default();
@@ -494,6 +496,7 @@ fn a_held_duckdb_file_is_hinted_per_command_and_the_hint_is_its_own_json_field()
     let run = p.run(&["apply", "dev", "--yes", "--json"]);
     run.expect_code(1);
     let error = &run.json()["error"];
+    assert_eq!(error["kind"], "engine-locked", "{error:#}");
     let hint = error["hint"].as_str().unwrap_or_else(|| panic!("no hint in {error:#}"));
     assert!(hint.ends_with(&format!("{AGAIN}, or pass `--retries N` to retry with backoff")), "{hint}");
     // An apply that already retried is not told to pass the flag it passed: a larger one.

@@ -705,6 +705,7 @@ fn one_process_writes_a_postgres_engine_at_a_time_and_readers_are_not_held() {
     let r = p.run(&["apply", "dev", "--yes", "--json"]);
     r.expect_code(1);
     assert!(r.stderr.contains("another efmesh process is writing this database"), "{}", r.stderr);
+    assert_eq!(r.json()["error"]["kind"], "engine-locked", "{}", r.stdout);
     // Nothing moved, and reading is not held up: plan and preview still work.
     assert_eq!(p.query("SELECT count(*) FROM dev__s.named")[0][0].as_deref(), Some("40"));
     assert_eq!(p.plan("dev")["hasChanges"], serde_json::Value::Bool(true));
