@@ -182,6 +182,11 @@ pub fn error_kind(err: &anyhow::Error) -> &'static str {
             return "usage";
         }
     }
+    // A command that words the engine's failure to open its database itself (`diff --data`
+    // reads it read-only) still says when another process is writing it.
+    if err.chain().any(|e| crate::engine::is_locked_file(&e.to_string())) {
+        return "engine-locked";
+    }
     "error"
 }
 
