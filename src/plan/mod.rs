@@ -2242,7 +2242,7 @@ fn compute_with(
             }
             decided.set(index, e.same_data, e.category, e.served.clone());
             decided.changed_columns[index].clone_from(&e.changed_columns);
-            decided.drops_kept[index] = e.action.drops_kept.is_some();
+            decided.set_drops_kept(index, model, e.action.drops_kept.is_some());
             decided.kept_dropped_by[index].clone_from(&e.kept_dropped_by);
             decided.added_columns[index].clone_from(&e.added_columns);
             actions.push(action);
@@ -2343,7 +2343,7 @@ fn compute_with(
                         .iter()
                         .filter(|q| {
                             !decided.same_data(q).unwrap_or(false)
-                                || (scd && decided.drops_kept(q))
+                                || (scd && decided.lost_kept(q))
                                 || (decided.category(q) == Some(Change::NonBreaking) && {
                                     let sees = sees_added(q);
                                     sees_new_columns |= sees;
@@ -2367,8 +2367,7 @@ fn compute_with(
                     // kept ([`DropsKept`]): their rows change though their columns' data would
                     // not, so this SCD type 2 model rebuilds (reconciled over the new parent table,
                     // it would record the keys it lost as deleted).
-                    let dropping =
-                        scd && !reads_star && !sees_new_columns && !breaking_names.is_empty() && breaking_names.iter().all(|q| decided.drops_kept(q));
+                    let dropping = scd && !reads_star && !sees_new_columns && !breaking_names.is_empty() && breaking_names.iter().all(|q| decided.lost_kept(q));
                     dropped_upstream = decided.kept_dropped_by_all(&breaking_names);
                     let cascade: Vec<String> = changed_parents.iter().map(|q| q.to_string()).collect();
                     // A `full` table built from a parent's older version lacks the intervals its
@@ -2439,10 +2438,22 @@ fn compute_with(
                             if breaking.len() == 1 { "" } else { "s" },
                             breaking.iter().map(|b| format!("`{b}`")).collect::<Vec<_>>().join(", ")
                         );
-                        if dropping {
+                        if dropping && breaking_names.iter().all(|q| decided.drops_kept(q)) {
                             because.push_str(&format!(
                                 ", built anew from {} query alone without the rows earlier refreshes kept (its rows change)",
                                 if breaking.len() == 1 { "its" } else { "their" }
+                            ));
+                        } else if dropping {
+                            // Read through `full`, `view` or `embedded` models.
+                            let above = decided.kept_dropped_by_all(&breaking_names);
+                            let above = if above.is_empty() {
+                                "unique-key or partition models above".to_string()
+                            } else {
+                                above.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ")
+                            };
+                            because.push_str(&format!(
+                                ", which no longer hold{} the rows earlier refreshes of {above} kept (its rows change)",
+                                if breaking.len() == 1 { "s" } else { "" }
                             ));
                         }
                         // A version that exists already (served here before an edit now undone,
@@ -2731,7 +2742,14 @@ fn compute_with(
         };
         // Which models upstream (this one included) `--forward-only` would keep the rows of, so
         // that this model's data stays what it was: only when nothing else changes it.
+        decided.set_drops_kept(index, model, drops_kept.is_some());
         let kept_by = match change {
+            // Its rows lack only what keyed refreshes above kept, read through `full`, `view` and
+            // `embedded` models ([`Decided::lost_kept`]).
+            Change::Indirect if decided.same_data[index] == Some(true) && decided.lost_kept[index] => {
+                let losing: Vec<&ModelName> = model.body.iter().flat_map(|b| b.refs()).map(|r| &r.target).filter(|t| decided.lost_kept(t)).collect();
+                decided.kept_dropped_by_all(&losing)
+            }
             _ if decided.same_data[index] == Some(true) && drops_kept.is_none() => BTreeSet::new(),
             Change::Indirect => dropped_upstream,
             Change::NonBreaking if drops_kept.as_ref().is_some_and(|d| d.forward_only_ok) => {
@@ -2746,7 +2764,6 @@ fn compute_with(
             }
             _ => BTreeSet::new(),
         };
-        decided.drops_kept[index] = drops_kept.is_some();
         decided.kept_dropped_by[index] = kept_by;
         let reused_any = reused.is_some();
         let mut kept_done = None;
@@ -3125,6 +3142,12 @@ struct Decided<'a> {
     /// `--forward-only` would keep on its table, keeping this model's data as it was. Empty when
     /// something else changes it (or nothing does).
     kept_dropped_by: Vec<BTreeSet<ModelName>>,
+    /// Models whose rows lack what refreshes of a unique-key or partition model kept: that model
+    /// itself when [`Decided::drops_kept`], and the `full`, `view` and `embedded` models reading
+    /// one (a `full` table is rebuilt from its parents' rows, by this apply or the next run): an
+    /// SCD type 2 model reconciled over one would record the lost keys as deleted. Time-range
+    /// and keyed models stop it (their tables never follow their parents' current rows).
+    lost_kept: Vec<bool>,
 }
 
 impl<'a> Decided<'a> {
@@ -3140,7 +3163,21 @@ impl<'a> Decided<'a> {
             added_columns: vec![None; n],
             drops_kept: vec![false; n],
             kept_dropped_by: vec![BTreeSet::new(); n],
+            lost_kept: vec![false; n],
         }
+    }
+
+    /// Records [`Decided::drops_kept`] of the model at `index`, and from it and its parents'
+    /// (decided before it) whether its rows lack what keyed refreshes kept
+    /// ([`Decided::lost_kept`]).
+    fn set_drops_kept(&mut self, index: usize, model: &Model, drops_kept: bool) {
+        self.drops_kept[index] = drops_kept;
+        self.lost_kept[index] =
+            drops_kept || (matches!(model.kind, Kind::Full | Kind::View | Kind::Embedded) && model.parents().iter().any(|q| self.lost_kept(q)));
+    }
+
+    fn lost_kept(&self, name: &ModelName) -> bool {
+        self.project.dag.position(name).is_some_and(|i| self.lost_kept[i])
     }
 
     fn set(&mut self, index: usize, same_data: bool, category: Change, served: Option<String>) {

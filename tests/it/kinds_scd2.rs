@@ -43,6 +43,7 @@ crate::on_every_engine!(
     a_carry_over_that_would_change_recorded_values_is_refused_and_changes_nothing,
     a_watched_json_column_is_refused_at_load_on_postgres_and_applies_on_duckdb,
     a_history_below_a_unique_key_parent_built_anew_is_refused_instead_of_recording_the_lost_keys_as_deleted,
+    a_history_reading_a_rebuilt_unique_key_parent_through_a_full_model_or_view_is_refused_too,
 );
 
 const T1: &str = "2026-02-10T00:00:00Z";
@@ -1173,4 +1174,56 @@ define_model {{
     write("jsonb");
     p.apply("dev");
     assert_eq!(p.rows("\"dev__j\".\"hist\"").len(), 1);
+}
+
+/// As [`a_history_below_a_unique_key_parent_built_anew_is_refused_instead_of_recording_the_lost_keys_as_deleted`],
+/// with a `full` model or a `view` between the unique-key parent and the history: the model in
+/// between keeps its columns' data (it does not read the new column) but not the rows the old
+/// parent table kept, so the history is refused the same way, naming `--forward-only m.base`;
+/// with it, the next run closes nothing.
+fn a_history_reading_a_rebuilt_unique_key_parent_through_a_full_model_or_view_is_refused_too(engine: EngineBackend) {
+    for middle in ["full", "view"] {
+        let mut p = Project::on_engine(if middle == "full" { engine.clone() } else { engine.another() });
+        let models = |ward: bool| {
+            let mid = r#"local mid = define_model {
+  name = "m.mid", kind = kind.MIDDLE(),
+  schema = { { "patient", "bigint" }, { "dept", "varchar" }, { "doctor", "varchar" } },
+  query = "SELECT patient, dept, doctor FROM " .. ref(base),
+}
+define_model {
+  name = "m.assign""#;
+            keyed_parent_models(ward)
+                .replacen(r#"SELECT patient, dept, doctor FROM " .. ref(base)"#, r#"SELECT patient, dept, doctor FROM " .. ref(mid)"#, 1)
+                .replacen("define_model {\n  name = \"m.assign\"", &mid.replace("MIDDLE", middle), 1)
+        };
+        let text = models(false);
+        assert!(text.contains("ref(mid)") && text.contains(&format!("kind.{middle}()")), "{text}");
+        p.now = T1.into();
+        set_assign(&p, "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+        p.write("models/m.lua", &text);
+        p.apply("dev");
+        p.now = T2.into();
+        set_assign(&p, "patient,dept,doctor\n1,cardio,house\n");
+        p.run(&["run", "dev"]).expect_code(0);
+        let both_open = vec![r("1", "cardio", "house", T1, None), r("2", "neuro", "grey", T1, None)];
+        assert_eq!(history(&p), both_open, "{middle}");
+
+        p.now = T3.into();
+        p.write("models/m.lua", &models(true));
+        let plan = p.plan("dev");
+        let scd = action(&plan, "m.assign");
+        assert_eq!((scd["build"].as_bool(), scd["history"]["fate"].as_str()), (Some(true), Some("starts-over")), "{middle}: {plan:#}");
+        assert_eq!(scd["history"]["upstreamDropsKept"], serde_json::json!(["m.base"]), "{middle}: {plan:#}");
+        let reason = scd["explain"]["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("parent `m.mid`, which no longer holds the rows earlier refreshes of `m.base` kept"), "{middle}: {plan:#}");
+        let refused = p.run(&["apply", "dev", "--yes"]);
+        refused.expect_code(1);
+        assert!(refused.stderr.contains("scd_type2 model `m.assign`") && refused.stderr.contains("`--forward-only m.base`"), "{middle}: {}", refused.stderr);
+        assert_eq!(history(&p), both_open, "{middle}: nothing was done");
+
+        p.run(&["apply", "dev", "--yes", "--forward-only", "m.base"]).expect_code(0);
+        p.now = T4.into();
+        p.run(&["run", "dev"]).expect_code(0);
+        assert_eq!(history(&p), both_open, "{middle}: patient 2 was dropped by no one: its version stays open");
+    }
 }
