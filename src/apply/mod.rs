@@ -238,8 +238,9 @@ pub enum ApplyError {
     },
     /// In `run`: blocking audits of a version this environment serves from a table another
     /// environment also serves and writes under other audits (its runs never ran these) found
-    /// violating rows in it ([`shared_table_audits`]). The rows are served; the run fails so
-    /// the breach is seen (SPEC §4 invariant 17).
+    /// violating rows in it ([`shared_table_audits`]), before the run refreshed anything (no
+    /// model computes from those rows). The rows are served; the run fails so the breach is
+    /// seen (SPEC §4 invariant 17).
     #[error("{failure}\n  (`{model}`'s table is shared with {}, which write{} it under other audits: this environment serves the rows its audits refuse — fix the data (`efmesh restate` where it is written) or the audit, then run again)", .writers.iter().map(|w| format!("`{w}`")).collect::<Vec<_>>().join(", "), if .writers.len() == 1 { "s" } else { "" })]
     SharedAudit {
         /// The first failing audit's model.
@@ -956,6 +957,15 @@ fn execute_recorded(
             scope.spawn(move || tracing::dispatcher::with_default(&dispatch, || run_early_audits(db, early, stop)))
         });
         let outcome = (|| -> Result<ApplyReport, ApplyError> {
+            if refresh {
+                // Tables this environment shares with `prod`, which writes them under other
+                // audits: audited before anything is refreshed, so no model of this run computes
+                // from rows this environment's blocking audits refuse.
+                let (failures, writers) = shared_table_audits(project, plan, state, engine, &exec, &mut report)?;
+                if let Some(first) = failures.first() {
+                    return Err(ApplyError::SharedAudit { model: first.model.clone(), writers, failure: audit::AuditError::Failed(failures) });
+                }
+            }
             let mut builder = Builder {
                 project,
                 plan,
@@ -1024,10 +1034,6 @@ fn execute_recorded(
                         written: read.into_iter().collect(),
                         failure: audit::AuditError::Failed(failures),
                     });
-                }
-                let (failures, writers) = shared_table_audits(project, plan, state, engine, &exec, &mut report)?;
-                if let Some(first) = failures.first() {
-                    return Err(ApplyError::SharedAudit { model: first.model.clone(), writers, failure: audit::AuditError::Failed(failures) });
                 }
                 return Ok(report);
             }

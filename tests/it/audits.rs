@@ -575,7 +575,8 @@ fn an_audit_only_edit_is_a_metadata_change_and_rebuilds_nothing(engine: EngineBa
 /// `dev` serves the table of `prod`'s time-range version with an audit more (an added audit only
 /// refuses more, so the version is shared): `prod`'s runs write it under `prod`'s audits. The
 /// rows they write are not served silently unaudited: `status dev` says so (unhealthy), and
-/// `run dev` runs `dev`'s audits over the table, failing on the violation; once the data is
+/// `run dev` runs `dev`'s audits over the table before it refreshes anything, failing on the
+/// violation (a `dev`-only `full` child is not rebuilt from the refused rows); once the data is
 /// clean its pass is recorded and `dev` is healthy again.
 fn rows_prod_writes_into_a_table_dev_serves_with_an_audit_more_are_audited_by_devs_run(engine: EngineBackend) {
     let clean = EVENTS.replace(",,30", ",east,30");
@@ -585,16 +586,27 @@ fn rows_prod_writes_into_a_table_dev_serves_with_an_audit_more_are_audited_by_de
     assert_ne!(with, without);
     p.apply("prod");
     p.write("models/daily.lua", &with);
+    // A child only `dev` has, counting the rows without a region.
+    const CHILD: &str = r#"define_model {
+  name = "s.unplaced", kind = kind.full(), schema = { { "n", "bigint" } },
+  query = "SELECT count(*) FILTER (WHERE region IS NULL) AS n FROM " .. ref("s.daily"),
+}
+"#;
+    p.write("models/child.lua", CHILD);
     let v = p.apply("dev");
-    assert_eq!(v["built"], serde_json::json!([]), "the version is shared: {v:#}");
+    assert_eq!(v["built"], serde_json::json!(["s.unplaced"]), "the version of s.daily is shared: {v:#}");
+    let unplaced = |p: &Project| p.rows(&env_view("dev", "s.unplaced"));
+    assert_eq!(unplaced(&p), vec![vec![Some("0".to_string())]]);
     assert_eq!(p.run(&["status", "dev", "--json"]).expect_code(0).json()["unaudited"], serde_json::json!([]));
 
     // `prod` recomputes a day whose source now lacks its region, under its own (no) audits.
     load_events(&p, &clean.replace("2026-01-04 10:00:00,south,40", "2026-01-04 10:00:00,,40"));
     p.write("models/daily.lua", &without);
+    p.remove("models/child.lua");
     p.run(&["restate", "prod", "--model", "s.daily", "--from", "2026-01-04", "--to", "2026-01-05"]).expect_code(0);
     p.run(&["run", "prod"]).expect_code(0);
     p.write("models/daily.lua", &with);
+    p.write("models/child.lua", CHILD);
 
     let status = p.run(&["status", "dev", "--json"]).expect_code(0).json();
     assert_eq!(status["unaudited"], serde_json::json!([{"model": "s.daily", "writtenBy": ["prod"]}]), "{status:#}");
@@ -602,13 +614,16 @@ fn rows_prod_writes_into_a_table_dev_serves_with_an_audit_more_are_audited_by_de
     let run = p.run(&["run", "dev"]);
     run.expect_code(1);
     assert!(run.stderr.contains("not_null") && run.stderr.contains("shared with `prod`"), "{}", run.stderr);
+    assert_eq!(unplaced(&p), vec![vec![Some("0".to_string())]], "the child was not rebuilt from the refused rows");
 
     // Clean again: `prod` recomputes the day, `dev`'s run audits the table and records the pass.
     load_events(&p, &clean);
     p.write("models/daily.lua", &without);
+    p.remove("models/child.lua");
     p.run(&["restate", "prod", "--model", "s.daily", "--from", "2026-01-04", "--to", "2026-01-05"]).expect_code(0);
     p.run(&["run", "prod"]).expect_code(0);
     p.write("models/daily.lua", &with);
+    p.write("models/child.lua", CHILD);
     assert_eq!(p.run(&["status", "dev", "--json"]).expect_code(0).json()["unaudited"].as_array().map(Vec::len), Some(1));
     p.run(&["run", "dev"]).expect_code(0);
     let status = p.run(&["status", "dev", "--json"]).expect_code(0).json();
