@@ -26,13 +26,16 @@
 //! Sampling (`sample = Some(p)`) compares the rows whose key (a keyless model: whole row)
 //! hashes into the first `p` % of buckets ([`crate::engine::dialect::Dialect::sample_filter`]),
 //! the same expression on both sides: a key is sampled on both sides or on neither, so sampling
-//! never makes a row look missing from the other side. Row counts stay in full.
+//! never makes a row look missing from the other side (a decimal hashes its text without the
+//! fraction's trailing zeros, [`Dialect::exact_number_text`]: `1` as an integer and `1.00` as a
+//! `numeric(10,2)` are one key, as the join matches them). Row counts stay in full.
 //!
 //! Read-only: the engine is opened read-only (DuckDB: the file read-only; Postgres: a session
 //! whose transactions are read-only), every query runs in one read-only transaction that is
 //! rolled back, and nothing is created in the database, not even a temporary table.
 
 use crate::core::name::quote_ident;
+use crate::core::schema::{is_exact_number, is_integer_type};
 use crate::core::{Kind, Model};
 use crate::engine::{DescribedColumn, Engine, dialect::Dialect};
 use crate::preview::{env_view, one_line};
@@ -197,6 +200,10 @@ struct Common {
     retyped: bool,
     /// Its type (A's).
     ty: String,
+    /// An exact number on both sides, a decimal on one at least: equal values may differ in
+    /// text (`1` against `1.00`; `1.0` against `1.00` in Postgres's bare `numeric`), so a key
+    /// of it joins and hashes through [`Dialect::exact_number_text`].
+    decimal: bool,
 }
 
 impl Common {
@@ -213,6 +220,28 @@ impl Common {
         let name = if alias == "a" { &self.a } else { &self.b };
         if self.retyped { dialect.text_of(&quote_ident(name)) } else { dialect.comparable(&quote_ident(name), &self.ty) }
     }
+
+    /// The column of side `alias`, unqualified, as the sample hashes it: the same text for
+    /// equal values on both sides ([`Dialect::exact_number_text`] for a decimal).
+    fn hashed(&self, dialect: &dyn Dialect, alias: &str) -> String {
+        let bare = self.bare(dialect, alias);
+        if self.decimal { dialect.exact_number_text(&bare) } else { bare }
+    }
+}
+
+/// A name for a helper column of a comparison query: `base`, or `base` followed by the first
+/// number that makes it a name no column of `sides` has (any case: DuckDB matches names
+/// ignoring it). A fixed name would meet a model's own column of that name: DuckDB renames
+/// one of the two and the query reads the other, Postgres calls the name ambiguous.
+fn helper_name(base: &str, sides: &[&[DescribedColumn]]) -> String {
+    let taken = |name: &str| sides.iter().any(|cols| find(cols, name).is_some());
+    let mut name = base.to_string();
+    let mut n = 0u64;
+    while taken(&name) {
+        n += 1;
+        name = format!("{base}{n}");
+    }
+    name
 }
 
 fn find<'c>(columns: &'c [DescribedColumn], name: &str) -> Option<&'c DescribedColumn> {
@@ -288,8 +317,11 @@ fn compare(engine: &mut dyn Engine, model: &Model, env_a: &str, env_b: &str, sam
             // same value, not the same text. (A float against an exact number would compare as
             // doubles, losing digits; other families have forms the engines equate that serve
             // differently: a padded `char(n)`, a `uuid`'s spelling, a date and its midnight.)
-            let retyped = !(a.ty.eq_ignore_ascii_case(&b.ty) || (crate::core::schema::is_exact_number(&a.ty) && crate::core::schema::is_exact_number(&b.ty)));
-            Some(Common { a: a.name.clone(), b: b.name.clone(), retyped, ty: a.ty.clone() })
+            let exact = is_exact_number(&a.ty) && is_exact_number(&b.ty);
+            let retyped = !(a.ty.eq_ignore_ascii_case(&b.ty) || exact);
+            // Integers print alike whatever their width; a decimal prints its scale.
+            let decimal = exact && !(is_integer_type(&a.ty) && is_integer_type(&b.ty));
+            Some(Common { a: a.name.clone(), b: b.name.clone(), retyped, ty: a.ty.clone(), decimal })
         })
         .collect();
     let is_key = |c: &Common| keyed && declared_key.iter().any(|k| k.eq_ignore_ascii_case(&c.a));
@@ -298,7 +330,7 @@ fn compare(engine: &mut dyn Engine, model: &Model, env_a: &str, env_b: &str, sam
     // Each side's rows compared: the scope, then the sample (same expression on both sides).
     let side = |alias: &str, view: &str| {
         let hashed: Vec<String> =
-            if keyed { key.iter().map(|c| c.bare(dialect, alias)).collect() } else { common.iter().map(|c| c.bare(dialect, alias)).collect() };
+            if keyed { key.iter().map(|c| c.hashed(dialect, alias)).collect() } else { common.iter().map(|c| c.hashed(dialect, alias)).collect() };
         let mut filters: Vec<String> = scope_filter.iter().cloned().collect();
         if let Some(p) = sample
             && !hashed.is_empty()
@@ -364,20 +396,24 @@ fn compare(engine: &mut dyn Engine, model: &Model, env_a: &str, env_b: &str, sam
         return Ok(diff);
     }
 
-    let on: Vec<String> = key.iter().map(|c| dialect.full_join_match(&c.expr(dialect, "a"), &c.expr(dialect, "b"))).collect();
+    let on: Vec<String> = key.iter().map(|c| dialect.full_join_match(&c.expr(dialect, "a"), &c.expr(dialect, "b"), c.decimal)).collect();
     let values: Vec<&Common> = common.iter().filter(|c| !is_key(c)).collect();
+    // Each side's marker column (TRUE on its rows, NULL where the join found none): a name no
+    // column of either view has, or it would read the model's own column.
+    let views = [cols_a.as_slice(), cols_b.as_slice()];
+    let (mark_a, mark_b) = (quote_ident(&helper_name("_efmesh_a", &views)), quote_ident(&helper_name("_efmesh_b", &views)));
     let mut select = vec![
-        "count(CASE WHEN b._efmesh_b IS NULL THEN 1 END)".to_string(),
-        "count(CASE WHEN a._efmesh_a IS NULL THEN 1 END)".to_string(),
-        "count(CASE WHEN a._efmesh_a AND b._efmesh_b THEN 1 END)".to_string(),
+        format!("count(CASE WHEN b.{mark_b} IS NULL THEN 1 END)"),
+        format!("count(CASE WHEN a.{mark_a} IS NULL THEN 1 END)"),
+        format!("count(CASE WHEN a.{mark_a} AND b.{mark_b} THEN 1 END)"),
     ];
     for c in &values {
-        select.push(format!("count(CASE WHEN a._efmesh_a AND b._efmesh_b AND {} IS DISTINCT FROM {} THEN 1 END)", c.expr(dialect, "a"), c.expr(dialect, "b")));
+        select.push(format!("count(CASE WHEN a.{mark_a} AND b.{mark_b} AND {} IS DISTINCT FROM {} THEN 1 END)", c.expr(dialect, "a"), c.expr(dialect, "b")));
     }
     let got = counts(
         engine,
         &format!(
-            "SELECT {} FROM (SELECT TRUE AS _efmesh_a, * FROM {from_a} AS _efmesh_sa) AS a FULL OUTER JOIN (SELECT TRUE AS _efmesh_b, * FROM {from_b} AS _efmesh_sb) AS b ON {}",
+            "SELECT {} FROM (SELECT TRUE AS {mark_a}, * FROM {from_a} AS _efmesh_sa) AS a FULL OUTER JOIN (SELECT TRUE AS {mark_b}, * FROM {from_b} AS _efmesh_sb) AS b ON {}",
             select.join(", "),
             on.join(" AND ")
         ),
@@ -436,6 +472,17 @@ fn compare(engine: &mut dyn Engine, model: &Model, env_a: &str, env_b: &str, sam
     Ok(diff)
 }
 
+/// A key value as the text report shows it: NULL as `NULL` (as preview tables show it), and a
+/// value that would read as something else quoted as an SQL string, its quotes doubled: the
+/// text `NULL` in any case (`'NULL'`), an empty or space-edged text (`''`), or one holding `,`,
+/// `(`, `)`, `=`, `'` or a line break (shown `⏎`), which would blur the list of keys
+/// (`'a, b'`). Any other value as is (`6`, `abc`, `2026-01-01`). JSON has every value whole.
+fn key_value(v: Option<&str>) -> String {
+    let Some(v) = v else { return "NULL".to_string() };
+    let blurred = v.is_empty() || v.eq_ignore_ascii_case("null") || v.trim() != v || v.contains([',', '(', ')', '=', '\'', '\n', '\r']);
+    if blurred { crate::core::name::quote_literal(&v.replace(['\n', '\r'], "⏎")) } else { v.to_string() }
+}
+
 /// The text report of a data diff: `data "A" ↔ "B":`, then one line per model and its details.
 #[must_use]
 pub fn text(env_a: &str, env_b: &str, diffs: &[ModelDataDiff]) -> String {
@@ -448,8 +495,7 @@ pub fn text(env_a: &str, env_b: &str, diffs: &[ModelDataDiff]) -> String {
     let keys = |keys: &[Vec<Option<String>>], key: &[String]| {
         keys.iter()
             .map(|k| {
-                let values: Vec<String> =
-                    key.iter().zip(k).map(|(name, v)| format!("{name}={}", v.as_deref().map_or("NULL".to_string(), |v| v.to_string()))).collect();
+                let values: Vec<String> = key.iter().zip(k).map(|(name, v)| format!("{name}={}", key_value(v.as_deref()))).collect();
                 if values.len() == 1 { values[0].clone() } else { format!("({})", values.join(", ")) }
             })
             .collect::<Vec<_>>()
@@ -520,7 +566,42 @@ mod tests {
         // A NULL is `n`, never the text of the string 'NULL' (`vNULL`).
         assert!(Standard.null_safe_text("x").contains("'n'"));
         // Postgres joins on text that tells NULL apart (DuckDB's, IS NOT DISTINCT FROM: engine::duckdb).
-        assert_eq!(Standard.full_join_match("a.k", "b.k"), "COALESCE('v' || CAST(a.k AS VARCHAR), 'n') = COALESCE('v' || CAST(b.k AS VARCHAR), 'n')");
+        assert_eq!(Standard.full_join_match("a.k", "b.k", false), "COALESCE('v' || CAST(a.k AS VARCHAR), 'n') = COALESCE('v' || CAST(b.k AS VARCHAR), 'n')");
+        // A decimal key joins on its text without the fraction's trailing zeros: `1` = `1.00`.
+        let t = "CAST(a.k AS VARCHAR)";
+        assert_eq!(Standard.exact_number_text("a.k"), format!("CASE WHEN {t} LIKE '%.%' THEN rtrim(rtrim({t}, '0'), '.') ELSE {t} END"));
+        assert_eq!(
+            Standard.full_join_match("a.k", "b.k", true),
+            format!("{} = {}", Standard.null_safe_text(&Standard.exact_number_text("a.k")), Standard.null_safe_text(&Standard.exact_number_text("b.k")))
+        );
+    }
+
+    #[test]
+    fn a_helper_column_takes_a_name_no_column_of_either_view_has() {
+        let cols = |names: &[&str]| names.iter().map(|n| DescribedColumn { name: (*n).to_string(), ty: "INTEGER".into() }).collect::<Vec<_>>();
+        let (a, b) = (cols(&["id", "v"]), cols(&["id", "w"]));
+        assert_eq!(helper_name("_efmesh_a", &[a.as_slice(), b.as_slice()]), "_efmesh_a");
+        // A model's own column of that name, on either side and in any case, is never read.
+        let (a, b) = (cols(&["id", "_efmesh_a"]), cols(&["id", "_EFMESH_A1"]));
+        assert_eq!(helper_name("_efmesh_a", &[a.as_slice(), b.as_slice()]), "_efmesh_a2");
+        assert_eq!(helper_name("_efmesh_b", &[a.as_slice(), b.as_slice()]), "_efmesh_b");
+        let b = cols(&["_efmesh_b"]);
+        assert_eq!(helper_name("_efmesh_b", &[a.as_slice(), b.as_slice()]), "_efmesh_b1");
+    }
+
+    #[test]
+    fn a_key_value_reading_as_null_or_as_several_keys_is_quoted() {
+        assert_eq!(key_value(None), "NULL");
+        assert_eq!(key_value(Some("NULL")), "'NULL'");
+        assert_eq!(key_value(Some("null")), "'null'");
+        assert_eq!(key_value(Some("")), "''");
+        assert_eq!(key_value(Some(" x")), "' x'");
+        assert_eq!(key_value(Some("a, b")), "'a, b'");
+        assert_eq!(key_value(Some("it's")), "'it''s'");
+        assert_eq!(key_value(Some("a\nb")), "'a⏎b'");
+        for plain in ["6", "abc", "-1.5", "2026-01-01 00:00:00", "Nullable"] {
+            assert_eq!(key_value(Some(plain)), plain);
+        }
     }
 
     #[test]
@@ -556,10 +637,18 @@ mod tests {
             only_in_b_keys: Vec::new(),
             ..d.clone()
         };
-        let t = text("prod", "dev", &[d, same]);
+        // Keys of two columns, one of them the string 'NULL', the other a real NULL.
+        let nulls = ModelDataDiff {
+            model: "s.n".into(),
+            key: Some(vec!["id".into(), "name".into()]),
+            only_in_a: 2,
+            only_in_a_keys: vec![vec![Some("1".into()), Some("NULL".into())], vec![Some("1".into()), None]],
+            ..same.clone()
+        };
+        let t = text("prod", "dev", &[d, same, nulls]);
         assert_eq!(
             t,
-            "data \"prod\" ↔ \"dev\":\n  ≠ s.t  A=3 B=4  key (id): only in A 0, only in B 1, matched 3\n      name: 1 of 3 (33.33%)\n      columns only in B: extra\n      only in B: id=4\n  ✓ s.u  A=3 B=3  key (id): only in A 0, only in B 0, matched 3\n"
+            "data \"prod\" ↔ \"dev\":\n  ≠ s.t  A=3 B=4  key (id): only in A 0, only in B 1, matched 3\n      name: 1 of 3 (33.33%)\n      columns only in B: extra\n      only in B: id=4\n  ✓ s.u  A=3 B=3  key (id): only in A 0, only in B 0, matched 3\n  ≠ s.n  A=3 B=3  key (id, name): only in A 2, only in B 0, matched 3\n      only in A: (id=1, name='NULL'), (id=1, name=NULL)\n"
         );
     }
 }

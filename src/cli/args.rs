@@ -277,7 +277,7 @@ pub enum Command {
         #[arg(long)]
         test: bool,
         /// Rows previewed per changed model (0: no preview).
-        #[arg(long, value_name = "N", default_value_t = 10)]
+        #[arg(long, value_name = "N", default_value_t = 10, value_parser = row_count())]
         preview_rows: usize,
         /// How old a file event must be before it is re-planned for, in milliseconds (at least 1:
         /// 0 would make the file watcher poll without pause).
@@ -293,7 +293,7 @@ pub enum Command {
         #[arg(value_name = "MODEL")]
         models: Vec<String>,
         /// Rows shown per model.
-        #[arg(long, default_value_t = 10, value_name = "N")]
+        #[arg(long, default_value_t = 10, value_name = "N", value_parser = row_count())]
         rows: usize,
         /// Print the previews as JSON.
         #[arg(long)]
@@ -463,6 +463,42 @@ impl Command {
             | Command::Graph { json, .. }
             | Command::Lineage { json, .. }
             | Command::Schedule { json, .. } => *json,
+        }
+    }
+}
+
+/// The parser of a number of rows to show (`preview --rows`, `watch --preview-rows`): a whole
+/// number up to `i64::MAX`. The engines take it as a `LIMIT`, a 64-bit signed integer on both
+/// (beyond it DuckDB fails converting it and Postgres calls it out of range, each blamed on the
+/// model previewed): a larger number is refused here, naming the flag, as a usage error.
+fn row_count() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::new().range(..=i64::MAX.unsigned_abs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_count_beyond_what_a_limit_takes_is_refused_naming_the_flag() {
+        let max = i64::MAX.to_string();
+        let rows = |args: &[&str]| match Args::try_parse_from(args).map(|a| a.command) {
+            Ok(Command::Preview { rows, .. } | Command::Watch { preview_rows: rows, .. }) => Ok(u64::try_from(rows).ok()),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e.to_string()),
+        };
+        assert_eq!(rows(&["efmesh", "preview", "dev", "--rows", max.as_str()]), Ok(Some(i64::MAX.unsigned_abs())));
+        assert_eq!(rows(&["efmesh", "preview", "dev", "--rows", "0"]), Ok(Some(0)));
+        assert_eq!(rows(&["efmesh", "preview", "dev"]), Ok(Some(10)));
+        assert_eq!(rows(&["efmesh", "watch", "dev", "--preview-rows", max.as_str()]), Ok(Some(i64::MAX.unsigned_abs())));
+        let refused: [(&[&str], &str); 3] = [
+            (&["efmesh", "preview", "dev", "--rows", "9223372036854775808"], "--rows"),
+            (&["efmesh", "preview", "dev", "--rows", "99999999999999999999999"], "--rows"),
+            (&["efmesh", "watch", "dev", "--preview-rows", "9223372036854775808"], "--preview-rows"),
+        ];
+        for (args, flag) in refused {
+            let e = rows(args).expect_err("refused");
+            assert!(e.contains(flag) && e.contains(args.last().copied().unwrap_or_default()), "{args:?}: {e}");
         }
     }
 }

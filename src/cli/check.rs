@@ -386,10 +386,11 @@ fn type_lints(project: &Project, model: &Model, unknown: &BTreeMap<String, Strin
 }
 
 /// Compares the query's output columns with the declared schema, as `apply`'s contract will:
-/// a column returned but not declared, one declared but not returned, the same columns in
-/// another order. Only when every output column is known by name (no `*` over an unknown
+/// a column returned but not declared, one declared but not returned, one returned more than
+/// once (`SELECT *` over a join whose sides share a name, `SELECT a.x, b.x`), the same columns
+/// in another order. Only when every output column is known by name (no `*` over an unknown
 /// relation, no `COLUMNS(…)`, no unnamed expression): never a guess. Names compare ignoring
-/// case (the contract compares them exactly, so this finds no problem it would not).
+/// case (the contract compares them exactly, so this finds no model it would not refuse).
 fn check_outputs(model: &Model, l: &lineage::QueryLineage, report: &mut Report) {
     let Some(returned) = l.complete.then(|| l.columns.iter().map(|c| c.column.clone()).collect::<Option<Vec<String>>>()).flatten() else { return };
     let declared: Vec<&str> = model.schema.0.iter().map(|c| c.name.as_str()).collect();
@@ -401,9 +402,15 @@ fn check_outputs(model: &Model, l: &lineage::QueryLineage, report: &mut Report) 
             problems.push(((*d).to_string(), format!("declared column `{d}` is not returned by the query")));
         }
     }
-    for r in &returned {
+    for (i, r) in returned.iter().enumerate() {
+        let before = returned[..i].iter().filter(|b| b.eq_ignore_ascii_case(r)).count();
         if !has(&declared, r) {
-            problems.push(((*r).to_string(), format!("the query returns column `{r}`, which the schema does not declare")));
+            if before == 0 {
+                problems.push(((*r).to_string(), format!("the query returns column `{r}`, which the schema does not declare")));
+            }
+        } else if before == 1 {
+            // The contract's words: the table cannot have the column twice.
+            problems.push(((*r).to_string(), format!("the query returns column `{r}` more than once (name each output column once)")));
         }
     }
     // The order only where the lineage knows it (a `*` over a `USING` join: Postgres puts the

@@ -31,11 +31,11 @@ pub(super) struct Request<'a> {
     pub json: bool,
 }
 
-/// `--sample`'s percent: a whole number from 1 to 99.
+/// `--sample`'s percent: a whole number from 1 to 99 (anything else: a [`UsageError`]).
 fn parse_sample(text: &str) -> Result<u8> {
     match text.trim().parse::<u8>() {
         Ok(p) if (1..=99).contains(&p) => Ok(p),
-        _ => Err(anyhow!("--sample expects a percent from 1 to 99")),
+        _ => Err(anyhow!(UsageError("--sample expects a percent from 1 to 99".to_string()))),
     }
 }
 
@@ -44,7 +44,7 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
     let (a, b) = (req.a, req.b);
     let sample = req.sample.map(parse_sample).transpose()?;
     if sample.is_some() && !req.data {
-        return Err(anyhow!("--sample samples the data comparison: use it with --data"));
+        return Err(anyhow!(UsageError("--sample samples the data comparison: use it with --data".to_string())));
     }
     let project = load(config)?;
     for env in [a, b] {
@@ -189,7 +189,7 @@ impl UnderWay {
 
 /// The models whose data `--data` compares, in topological order: those both environments
 /// serve that have data of their own (not external, not embedded), restricted to `wanted`; a
-/// wanted model that is not such a model is an error naming it.
+/// wanted model that is not such a model is a [`UsageError`] naming it.
 fn data_models<'p>(
     project: &'p crate::project::Project,
     a: &str,
@@ -201,18 +201,18 @@ fn data_models<'p>(
     if let Some(wanted) = wanted {
         for name in wanted {
             let Some(model) = crate::core::ModelName::parse(name).ok().and_then(|n| project.dag.get(&n)) else {
-                return Err(anyhow!("--data: model `{name}` is not in the project: its data cannot be compared"));
+                return Err(anyhow!(UsageError(format!("--data: model `{name}` is not in the project: its data cannot be compared"))));
             };
             let missing: Vec<&str> = [(a, pa), (b, pb)].iter().filter(|(_, p)| !p.contains_key(name)).map(|(env, _)| *env).collect();
             if !missing.is_empty() {
                 let list = missing.iter().map(|e| format!("`{e}`")).collect::<Vec<_>>().join(" and ");
-                return Err(anyhow!(
+                return Err(anyhow!(UsageError(format!(
                     "--data: model `{name}` is not served by both environments ({list} does not serve it): there is nothing to compare it with\n  hint: `efmesh apply {}` builds it",
                     missing[0]
-                ));
+                ))));
             }
             if !crate::datadiff::has_data(model) {
-                return Err(anyhow!("--data: model `{name}` is an {} model: it has no data of its own to compare", model.kind.tag()));
+                return Err(anyhow!(UsageError(format!("--data: model `{name}` is an {} model: it has no data of its own to compare", model.kind.tag()))));
             }
         }
     }

@@ -682,6 +682,32 @@ pub(super) fn applied_by() -> String {
     std::env::var("EFMESH_APPLIED_BY").or_else(|_| std::env::var("USER")).or_else(|_| std::env::var("LOGNAME")).unwrap_or_default()
 }
 
+/// The models whose environment views `render --env` resolves `model`'s SQL to read: its parents,
+/// through embedded ones (inlined, so their own parents are read), externals left out (read from
+/// their source); the model itself when it reads `@this`.
+fn env_views_read(project: &Project, model: &crate::core::Model) -> std::collections::BTreeSet<ModelName> {
+    let mut read = std::collections::BTreeSet::new();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut todo: Vec<ModelName> = model.parents().into_iter().collect();
+    while let Some(name) = todo.pop() {
+        if !seen.insert(name.clone()) {
+            continue;
+        }
+        match project.dag.get(&name) {
+            Some(parent) if matches!(parent.kind, crate::core::Kind::Embedded) => todo.extend(parent.parents()),
+            Some(parent) if matches!(parent.kind, crate::core::Kind::External(_)) => {}
+            Some(_) => {
+                read.insert(name);
+            }
+            None => {}
+        }
+    }
+    if model.body.as_ref().is_some_and(|b| b.reads_itself()) {
+        read.insert(model.name.clone());
+    }
+    read
+}
+
 fn cmd_render(config: &std::path::Path, model: &str, env: Option<&str>, json: bool, out: &Printer) -> Result<Exit> {
     let project = load(config)?;
     let name = ModelName::parse(model)?;
@@ -699,13 +725,27 @@ fn cmd_render(config: &std::path::Path, model: &str, env: Option<&str>, json: bo
                 // The views of an environment nothing was applied to do not exist yet: the SQL
                 // is what it would read once applied, and the user is told (the store is only read).
                 // One the janitor dropped is said so (as `status` and `diff` say it).
-                let (exists, dropped) = match crate::state::open_existing(&project.config)? {
-                    Some(state) if !state.env_pointers(e)?.is_empty() => (true, None),
-                    Some(state) => (false, envlife::dropped_at(state.as_ref(), e)?),
-                    None => (false, None),
+                let (exists, dropped, served) = match crate::state::open_existing(&project.config)? {
+                    Some(state) => {
+                        let served = state.env_pointers(e)?;
+                        if served.is_empty() { (false, envlife::dropped_at(state.as_ref(), e)?, served) } else { (true, None, served) }
+                    }
+                    None => (false, None, Default::default()),
                 };
                 match &dropped {
-                    _ if exists => {}
+                    _ if exists => {
+                        // An environment that exists may still not serve a model the SQL reads
+                        // (one added to the project since it was applied): its view is missing too.
+                        let missing: Vec<ModelName> = env_views_read(&project, m).into_iter().filter(|n| !served.contains_key(&n.to_string())).collect();
+                        if !missing.is_empty() {
+                            let names: Vec<String> = missing.iter().map(|n| format!("`{n}`")).collect();
+                            let (reads, does, them) = if missing.len() == 1 { ("its view", "does", "it") } else { ("their views", "do", "them") };
+                            tracing::warn!(
+                                "environment `{e}` does not serve {}: this SQL reads {reads}, which {does} not exist until `efmesh apply {e}` creates {them}",
+                                names.join(", ")
+                            );
+                        }
+                    }
                     Some(at) => {
                         tracing::warn!("environment `{e}` {}: this SQL reads views that `efmesh apply {e}` would create again", envlife::dropped_phrase(at))
                     }

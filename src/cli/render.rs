@@ -56,32 +56,33 @@ pub(super) fn interval(config: &std::path::Path, req: Request<'_>, out: &Printer
         let hint = project.dag.suggest(req.model).map(|s| format!("\n  hint: did you mean `{s}`?")).unwrap_or_default();
         bail!(UsageError(format!("unknown model `{}`{hint}", req.model)));
     };
+    // What `--interval` cannot render is a command line refused (`--json` kind `usage`).
     let (Kind::IncrementalByTimeRange(t), Some(body)) = (&model.kind, &model.body) else {
-        bail!(
+        bail!(UsageError(format!(
             "--interval: `{name}` is {} {} model, which has no intervals ({})\n  hint: `efmesh render {name} --env {env}` prints its query",
             if model.kind.tag().starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" },
             model.kind.tag(),
             without_intervals(&model.kind)
-        );
+        )));
     };
     if model.target == Target::Parquet {
-        bail!(
+        bail!(UsageError(format!(
             "--interval: `{name}` is stored as parquet files (target = parquet): apply writes each interval to its own file, not with DELETE and INSERT; --interval renders table targets"
-        );
+        )));
     }
-    let [from_text, to_text] = req.bounds else { bail!("--interval takes two values: FROM TO") };
-    let from = parse_instant(from_text).map_err(|e| anyhow!("--interval FROM: {e}"))?;
-    let to = parse_instant(to_text).map_err(|e| anyhow!("--interval TO: {e}"))?;
+    let [from_text, to_text] = req.bounds else { bail!(UsageError("--interval takes two values: FROM TO".to_string())) };
+    let from = parse_instant(from_text).map_err(|e| anyhow!(UsageError(format!("--interval FROM: {e}"))))?;
+    let to = parse_instant(to_text).map_err(|e| anyhow!(UsageError(format!("--interval TO: {e}"))))?;
     aligned("interval", from_text, from, t.grain, req.model)?;
     aligned("interval", to_text, to, t.grain, req.model)?;
     if from >= to {
-        bail!("--interval: FROM {from_text} must be before TO {to_text}");
+        bail!(UsageError(format!("--interval: FROM {from_text} must be before TO {to_text}")));
     }
     if from < t.start {
-        bail!("--interval: `{name}` starts at {}: apply computes no interval before it (FROM is {from_text})", to_iso(t.start));
+        bail!(UsageError(format!("--interval: `{name}` starts at {}: apply computes no interval before it (FROM is {from_text})", to_iso(t.start))));
     }
     if let Some(end) = t.end.filter(|e| to > *e) {
-        bail!("--interval: `{name}` ends at {}: apply computes no interval after it (TO is {to_text})", to_iso(end));
+        bail!(UsageError(format!("--interval: `{name}` ends at {}: apply computes no interval after it (TO is {to_text})", to_iso(end))));
     }
 
     // The versions the environment's plan leads to: what it serves when the project does not

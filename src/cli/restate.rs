@@ -31,9 +31,10 @@ pub(super) struct Request<'a> {
     pub now: Millis,
 }
 
-/// Checks that `t` (named `which`) is aligned to `grain`, naming the nearest valid bounds.
+/// Checks that `t` (named `which`) is aligned to `grain`, naming the nearest valid bounds (a
+/// [`UsageError`] when not: a malformed argument).
 pub(super) fn aligned(which: &str, text: &str, t: Millis, grain: Grain, model: &str) -> Result<()> {
-    grain.aligned(t).map_err(|e| anyhow!("--{which} {text} is not aligned to the {} grain of `{model}`; {e}", e.grain.spelling()))
+    grain.aligned(t).map_err(|e| anyhow!(UsageError(format!("--{which} {text} is not aligned to the {} grain of `{model}`; {e}", e.grain.spelling()))))
 }
 
 /// What recomputes `model`, a model without intervals, instead of a restatement: a `full` model
@@ -77,22 +78,27 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
         let hint = project.dag.suggest(req.model).map(|s| format!("\n  hint: did you mean `{s}`?")).unwrap_or_default();
         bail!(UsageError(format!("unknown model `{}`{hint}", req.model)));
     };
+    // A model without intervals and malformed bounds are a command line refused (`usage`).
     let t = match &model.kind {
         Kind::IncrementalByTimeRange(t) => t.clone(),
-        Kind::ScdType2(_) => bail!(
+        Kind::ScdType2(_) => bail!(UsageError(format!(
             "cannot restate `{name}`: an scd_type2 model's history is not recomputable from its source (it records what the source said when each run looked)\n  hint: {}",
             no_intervals_hint(model)
-        ),
+        ))),
         other => {
-            bail!("cannot restate `{name}`: only incremental_by_time_range models have intervals (it is {})\n  hint: {}", other.tag(), no_intervals_hint(model))
+            bail!(UsageError(format!(
+                "cannot restate `{name}`: only incremental_by_time_range models have intervals (it is {})\n  hint: {}",
+                other.tag(),
+                no_intervals_hint(model)
+            )))
         }
     };
-    let from = parse_instant(req.from).map_err(|e| anyhow!("--from: {e}"))?;
-    let to = parse_instant(req.to).map_err(|e| anyhow!("--to: {e}"))?;
+    let from = parse_instant(req.from).map_err(|e| anyhow!(UsageError(format!("--from: {e}"))))?;
+    let to = parse_instant(req.to).map_err(|e| anyhow!(UsageError(format!("--to: {e}"))))?;
     aligned("from", req.from, from, t.grain, req.model)?;
     aligned("to", req.to, to, t.grain, req.model)?;
     if from >= to {
-        bail!("--from {} must be before --to {}", req.from, req.to);
+        bail!(UsageError(format!("--from {} must be before --to {}", req.from, req.to)));
     }
     let state = open_state(&project, false)?;
     let pointers = state.env_pointers(req.env)?;

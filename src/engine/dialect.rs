@@ -282,9 +282,26 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
     /// one key column, one per side) match, NULL-safe: NULL matches NULL (`IS NOT DISTINCT
     /// FROM`). Postgres runs a full join only on conditions it can hash or merge, which
     /// `IS NOT DISTINCT FROM` is not: the standard spelling compares each side's
-    /// [`Dialect::null_safe_text`] with `=`, which means the same.
-    fn full_join_match(&self, left: &str, right: &str) -> String {
-        format!("{} = {}", self.null_safe_text(left), self.null_safe_text(right))
+    /// [`Dialect::null_safe_text`] with `=`, which means the same — for text that is the same
+    /// for equal values: `exact_numbers` says both are exact numbers whose text may differ for
+    /// equal values (a decimal against an integer or another decimal: `1` and `1.00`), compared
+    /// then through [`Dialect::exact_number_text`].
+    fn full_join_match(&self, left: &str, right: &str, exact_numbers: bool) -> String {
+        let side = |e: &str| if exact_numbers { self.null_safe_text(&self.exact_number_text(e)) } else { self.null_safe_text(e) };
+        format!("{} = {}", side(left), side(right))
+    }
+
+    /// `expr`, an exact number (an integer, or a decimal of any scale), as text that is the same
+    /// for equal values: the text without the trailing zeros of its fraction, nor a point left
+    /// bare (`1.00`, `1.0` and `1` are all `1`, `1.50` is `1.5`, `10` stays `10`). Both engines
+    /// print a decimal with every digit of its scale (and Postgres's bare `numeric` with the
+    /// scale of each value), so the text of equal values differs where their comparison does
+    /// not: a data diff joins (Postgres, [`Dialect::full_join_match`]) and hashes
+    /// ([`Dialect::sample_filter`]) a decimal key through this. Neither engine prints an exact
+    /// number with an exponent; `NaN` and the infinities have no point and stay as they are.
+    fn exact_number_text(&self, expr: &str) -> String {
+        let t = self.text_of(expr);
+        format!("CASE WHEN {t} LIKE '%.%' THEN rtrim(rtrim({t}, '0'), '.') ELSE {t} END")
     }
 
     /// `expr` as text that tells NULL apart from every value, the string `'NULL'` included: a

@@ -600,7 +600,8 @@ impl super::dialect::Dialect for DuckDbDialect {
         if super::dialect::equal_when_different(ty) { self.text_of(expr) } else { expr.to_string() }
     }
 
-    fn full_join_match(&self, left: &str, right: &str) -> String {
+    fn full_join_match(&self, left: &str, right: &str, _exact_numbers: bool) -> String {
+        // DuckDB joins on any condition: the values themselves, `1` equal to `1.00`.
         format!("{left} IS NOT DISTINCT FROM {right}")
     }
 
@@ -970,7 +971,33 @@ mod tests {
         use crate::engine::dialect::{Dialect, Standard};
         // The sample's hash bucket is the same text on both engines, so samples pair up.
         assert_eq!(DuckDbDialect.sample_filter(&["\"id\"".into()], 50), Standard.sample_filter(&["\"id\"".into()], 50));
-        assert_eq!(DuckDbDialect.full_join_match("a.k", "b.k"), "a.k IS NOT DISTINCT FROM b.k");
+        assert_eq!(DuckDbDialect.full_join_match("a.k", "b.k", false), "a.k IS NOT DISTINCT FROM b.k");
+        // Exact numbers too: DuckDB compares the values (`1` equal to `1.00`), not their text.
+        assert_eq!(DuckDbDialect.full_join_match("a.k", "b.k", true), "a.k IS NOT DISTINCT FROM b.k");
+        // A decimal key hashes as the same text on both engines.
+        assert_eq!(DuckDbDialect.exact_number_text("\"id\""), Standard.exact_number_text("\"id\""));
+    }
+
+    #[test]
+    fn exact_numbers_of_any_type_and_scale_read_as_one_text_for_one_value() {
+        use crate::engine::dialect::Dialect;
+        let mut db = DuckDb::in_memory().unwrap();
+        let text = |db: &mut DuckDb, value: &str| {
+            let rows = db.query(&format!("SELECT {} FROM (SELECT {value} AS n) AS t", DuckDbDialect.exact_number_text("n"))).unwrap();
+            rows[0][0].clone().unwrap_or_default()
+        };
+        for (value, wanted) in [
+            ("CAST(1 AS INTEGER)", "1"),
+            ("CAST(1 AS DECIMAL(10,2))", "1"),
+            ("CAST(1.5 AS DECIMAL(12,4))", "1.5"),
+            ("CAST(10 AS DECIMAL(10,2))", "10"),
+            ("CAST(100 AS HUGEINT)", "100"),
+            ("CAST(0 AS DECIMAL(10,2))", "0"),
+            ("CAST(-2.5 AS DECIMAL(10,2))", "-2.5"),
+            ("CAST(0.05 AS DECIMAL(10,3))", "0.05"),
+        ] {
+            assert_eq!(text(&mut db, value), wanted, "{value}");
+        }
     }
 
     #[test]

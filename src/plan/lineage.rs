@@ -229,7 +229,7 @@ impl ProjectLineage {
     }
 
     /// Models reading `model` that lineage cannot rule out as readers of `model.column` — an
-    /// unreadable query, a read or output it cannot name ([`reads_any`]) — and that neither take
+    /// unreadable query, a read or output it cannot name ([`may_read`]) — and that neither take
     /// values from it nor are [`Self::filtered_by`] it, in topological order: they may read it.
     pub fn possibly_read_by(&self, model: &str, column: &str) -> Vec<String> {
         let wanted: BTreeSet<String> = [column.to_lowercase()].into();
@@ -237,7 +237,7 @@ impl ProjectLineage {
         self.order
             .iter()
             .filter(|name| self.parents.get(*name).is_some_and(|p| p.iter().any(|p| p == model)))
-            .filter(|name| !named.contains(*name) && reads_any(&self.models[*name], model, &wanted))
+            .filter(|name| !named.contains(*name) && may_read(&self.models[*name], model, &wanted))
             .cloned()
             .collect()
     }
@@ -258,29 +258,40 @@ impl ProjectLineage {
     }
 
     /// Models that read `model.column` anywhere (filters, joins, groupings included) but none
-    /// of whose columns take values from it, in topological order.
+    /// of whose columns take values from it, in topological order. Only models whose every
+    /// output column lineage knows (all listed, all certain): a column it cannot name (a table
+    /// function's `unnest(a.x) AS t(u)`, `COLUMNS(…)`) may take values from the column it reads,
+    /// so such a reader is one that may read it ([`Self::possibly_read_by`]), not a filter.
     pub fn filtered_by(&self, model: &str, column: &str) -> Vec<String> {
         self.order
             .iter()
             .filter(|name| {
                 let m = &self.models[*name];
-                let reads = m.query.as_ref().is_some_and(|q| q.reads.iter().any(|s| s.model == model && s.column.eq_ignore_ascii_case(column)));
+                let Some(q) = &m.query else { return false };
+                let reads = q.reads.iter().any(|s| s.model == model && s.column.eq_ignore_ascii_case(column));
                 let feeds = m.columns.iter().any(|c| c.sources.iter().any(|s| s.model == model && s.column.eq_ignore_ascii_case(column)));
-                reads && !feeds
+                let known = q.complete && m.columns.iter().chain(&q.columns).all(|c| c.certain);
+                reads && !feeds && known
             })
             .cloned()
             .collect()
     }
 }
 
+/// True when a model with lineage `l` may read one of `columns` (lower-case) of `parent`
+/// ([`may_read`]), or has a `*` over `parent` reaching its output (a column added to or removed
+/// from `parent` changes the model's columns). The plan's column impact reuses a child only
+/// when this is false.
+pub fn reads_any(l: &ModelLineage, parent: &str, columns: &BTreeSet<String>) -> bool {
+    may_read(l, parent, columns) || l.query.as_ref().is_some_and(|q| q.whole.iter().any(|w| w == parent))
+}
+
 /// True when a model with lineage `l` may read one of `columns` (lower-case) of `parent`: a
 /// read lineage names, or anything lineage cannot rule out — an unreadable query, a read or a
-/// column it cannot name, an output it cannot list, or a `*` over `parent` reaching the output
-/// (a column added to or removed from `parent` changes the model's columns). The plan's column
-/// impact reuses a child only when this is false.
-pub fn reads_any(l: &ModelLineage, parent: &str, columns: &BTreeSet<String>) -> bool {
+/// column it cannot name (a table function's output, `COLUMNS(…)`), an output it cannot list.
+pub fn may_read(l: &ModelLineage, parent: &str, columns: &BTreeSet<String>) -> bool {
     let Some(q) = &l.query else { return true };
-    if !q.reads_certain || !q.complete || l.columns.iter().any(|c| !c.certain) || q.whole.iter().any(|w| w == parent) {
+    if !q.reads_certain || !q.complete || l.columns.iter().any(|c| !c.certain) {
         return true;
     }
     q.reads.iter().any(|s| s.model == parent && columns.contains(&s.column.to_lowercase()))
@@ -303,4 +314,68 @@ pub fn split_target(project: &Project, target: &str) -> anyhow::Result<(ModelNam
         anyhow::bail!("unknown model `{model}`{hint}");
     }
     Ok((name, column))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sql::lineage::column_lineage_in;
+
+    /// A project of the source `s.a (id, x, y)` and one model per `(name, sql)` reading it,
+    /// each exposing its query's columns, in the order given.
+    fn project(models: &[(&str, &str)]) -> ProjectLineage {
+        let declared = ["id", "x", "y"];
+        let parents = BTreeMap::from([("s.a".to_string(), declared.iter().map(|c| c.to_string()).collect::<Vec<_>>())]);
+        let mut out = ProjectLineage::default();
+        let columns = declared.iter().map(|c| ColumnLineage { column: Some(c.to_string()), sources: Vec::new(), certain: true }).collect();
+        out.order.push("s.a".into());
+        out.models.insert("s.a".into(), ModelLineage { kind: "full", columns, query: None, unreadable: None });
+        out.parents.insert("s.a".into(), Vec::new());
+        for (name, sql) in models {
+            let q = column_lineage_in(Grammar::Embedded, sql, &parents).unwrap_or_else(|e| panic!("{e}\n{sql}"));
+            out.order.push(name.to_string());
+            out.models.insert(name.to_string(), ModelLineage { kind: "full", columns: q.columns.clone(), query: Some(q), unreadable: None });
+            out.parents.insert(name.to_string(), vec!["s.a".into()]);
+        }
+        out
+    }
+
+    #[test]
+    fn a_reader_with_an_output_column_lineage_cannot_name_may_read_what_it_reads_and_is_no_filter() {
+        let l = project(&[
+            ("t.f", "SELECT id FROM s.a WHERE x > 0"),
+            ("t.u", "SELECT id, u FROM s.a AS a, unnest([a.x, a.y]) AS t(u)"),
+            ("t.gs", "SELECT id, g FROM s.a AS a, generate_series(1, a.x) AS t(g)"),
+            ("t.ex", "SELECT * EXCLUDE (x) FROM s.a"),
+        ]);
+        // `t.f` only filters by `x`; `t.u.u` and `t.gs.g` are uncertain and may take values
+        // from what the table function reads.
+        assert_eq!(l.filtered_by("s.a", "x"), ["t.f"]);
+        assert_eq!(l.possibly_read_by("s.a", "x"), ["t.u", "t.gs"]);
+        assert!(l.filtered_by("s.a", "y").is_empty());
+        assert_eq!(l.possibly_read_by("s.a", "y"), ["t.u", "t.gs"]);
+        // The plan's column impact never takes them for children that do not read it.
+        let y = BTreeSet::from(["y".to_string()]);
+        assert!(reads_any(&l.models["t.u"], "s.a", &y) && reads_any(&l.models["t.gs"], "s.a", &y));
+        assert!(!reads_any(&l.models["t.f"], "s.a", &y), "`t.f` reads no `y`");
+        // `t.ex` reads no `x`, which lineage can tell (its `*` over `s.a` counts for the plan
+        // alone: a column added to `s.a` adds one to it).
+        let x = BTreeSet::from(["x".to_string()]);
+        assert!(!may_read(&l.models["t.ex"], "s.a", &x) && reads_any(&l.models["t.ex"], "s.a", &x));
+    }
+
+    #[test]
+    fn a_qualified_exclude_names_the_parent_whose_column_is_served() {
+        let parents = BTreeMap::from([
+            ("s.a".to_string(), vec!["id".to_string(), "x".to_string(), "y".to_string()]),
+            ("s.b".to_string(), vec!["id".to_string(), "x".to_string()]),
+        ]);
+        for sql in ["SELECT * EXCLUDE (a.x, b.id) FROM s.a AS a JOIN s.b AS b ON a.id = b.id", "SELECT * EXCLUDE (a.x) FROM s.a AS a JOIN s.b AS b USING (id)"]
+        {
+            let q = column_lineage_in(Grammar::Embedded, sql, &parents).unwrap_or_else(|e| panic!("{e}\n{sql}"));
+            let x = q.columns.iter().find(|c| c.column.as_deref() == Some("x")).unwrap_or_else(|| panic!("{sql}: {q:?}"));
+            let from: Vec<String> = x.sources.iter().map(|s| format!("{}.{}", s.model, s.column)).collect();
+            assert_eq!((from, x.certain), (vec!["s.b.x".to_string()], true), "{sql}");
+        }
+    }
 }

@@ -166,7 +166,9 @@ pub struct QueryLineage {
     /// key columns Postgres puts first).
     pub ordered: bool,
     /// False when the output may have columns `columns` does not list (`*` over an unknown
-    /// relation, repeated names…).
+    /// relation, a relation repeating a name, which DuckDB renames…). A name the output itself
+    /// repeats is listed each time, as the engine returns it (a model's query doing so is
+    /// refused by the schema contract), and none of its columns is certain.
     pub complete: bool,
     /// Every parent column the query reads anywhere: select lists, `WHERE`, joins, `GROUP BY`,
     /// windows, CTEs and subqueries (a change to any other column of a parent cannot change
@@ -372,6 +374,11 @@ impl Col {
     fn named(name: impl Into<String>, src: Src) -> Self {
         Col { name: Some(name.into()), src }
     }
+
+    /// Its name is `name` (lower-case), ignoring case.
+    fn is(&self, name: &str) -> bool {
+        self.name.as_ref().is_some_and(|n| lower(n) == name)
+    }
 }
 
 /// The columns of a relation or a query's output.
@@ -411,7 +418,7 @@ impl Cols {
 
     /// The first known column called `name` (lower-case).
     fn get(&self, name: &str) -> Option<&Col> {
-        self.items.iter().find(|c| c.name.as_ref().is_some_and(|n| lower(n) == name))
+        self.items.iter().find(|c| c.is(name))
     }
 
     fn known_names(&self) -> impl Iterator<Item = &str> {
@@ -427,13 +434,45 @@ impl Cols {
         src
     }
 
-    /// Repeated names make the output open: DuckDB renames or rejects them.
-    fn finish(mut self) -> Self {
+    /// The names `items` repeats (lower-case, ignoring case as DuckDB does), each once, in the
+    /// order of their second occurrence.
+    fn repeated(&self) -> Vec<String> {
         let mut seen = HashSet::new();
-        if self.known_names().any(|n| !seen.insert(lower(n))) {
-            self.more = true;
+        let mut out: Vec<String> = Vec::new();
+        for n in self.known_names().map(lower) {
+            if !seen.insert(n.clone()) && !out.contains(&n) {
+                out.push(n);
+            }
+        }
+        out
+    }
+
+    /// Ends an output: every column of a repeated name may take its values from any column of
+    /// that name (a lookup by name finds the first, which DuckDB may not have meant), so each
+    /// reads all of their sources and none is certain. The columns stay listed: a top-level
+    /// query returns them all (which the schema contract refuses); a relation renames the
+    /// repeats ([`Self::as_relation`]).
+    fn finish(mut self) -> Self {
+        for name in self.repeated() {
+            let mut src = Src::uncertain();
+            for c in self.items.iter().filter(|c| c.is(&name)) {
+                src.add(&c.src);
+            }
+            for c in self.items.iter_mut().filter(|c| c.is(&name)) {
+                c.src = src.clone();
+            }
         }
         self
+    }
+
+    /// These columns as a relation's (a CTE, a subquery, an aliased join): DuckDB renames a
+    /// repeated name there (`x`, `x_1`), so such a relation has columns `items` does not name.
+    fn as_relation(self) -> Self {
+        let mut cols = self.finish();
+        if !cols.repeated().is_empty() {
+            cols.more = true;
+        }
+        cols
     }
 
     /// Applies a positional column alias list (`AS t(a, b)`, `WITH c(a, b) AS …`).
@@ -486,7 +525,7 @@ impl Rel {
             Some(a) => (vec![vec![lower(&a.name.value)]], true),
             None => (quals, named),
         };
-        Rel { quals, named, alias: alias.map(|a| a.name.value.clone()), cols, origin, star_skip: Vec::new() }
+        Rel { quals, named, alias: alias.map(|a| a.name.value.clone()), cols: cols.as_relation(), origin, star_skip: Vec::new() }
     }
 
     /// How a message names it: "parent `raw.orders` (as `o`)", "CTE `c`", "subquery `s`", and
@@ -652,7 +691,8 @@ impl Analyzer {
                     self.reads.add(&r.all_sources());
                 }
                 let mut out = if matches!(set_quantifier, SetQuantifier::ByName | SetQuantifier::AllByName | SetQuantifier::DistinctByName) {
-                    let mut out = l.clone();
+                    // Matching by name a branch that repeats one is not followed.
+                    let mut out = Cols { more: l.more || !l.repeated().is_empty() || !r.repeated().is_empty(), ..l.clone() };
                     for c in &r.items {
                         match c.name.as_ref().map(|n| lower(n)) {
                             Some(n) if out.has(&n) => {
@@ -729,25 +769,31 @@ impl Analyzer {
                     out.items.extend(aliases.iter().map(|a| Col::named(a.value.clone(), src.clone())));
                 }
                 SelectItem::Wildcard(opts) => {
-                    let cols = self.wildcard(star(&rels), opts, &frame);
+                    let (cols, of) = star_owned(&rels);
+                    let merged = rels.iter().flat_map(|r| r.star_skip.iter().cloned()).collect();
+                    let cols = self.wildcard(cols, Some(Owners { rels: &rels, of, merged }), opts, &frame);
                     append(&mut out, cols);
                 }
                 SelectItem::QualifiedWildcard(kind, opts) => {
-                    let base = match kind {
+                    let (base, owners) = match kind {
                         SelectItemQualifiedWildcardKind::ObjectName(name) => {
                             let q: Vec<String> = name_parts(name).iter().map(|p| lower(p)).collect();
                             // `t.*` expands all of `t`, `USING` columns included.
-                            match rels.iter().find(|r| r.quals.contains(&q)) {
-                                Some(r) => r.cols.clone(),
-                                None => Cols::open(),
+                            match rels.iter().position(|r| r.quals.contains(&q)) {
+                                Some(i) => {
+                                    let cols = rels[i].cols.clone();
+                                    let of = vec![i; cols.items.len()];
+                                    (cols, Some(Owners { rels: &rels, of, merged: Vec::new() }))
+                                }
+                                None => (Cols::open(), None),
                             }
                         }
                         SelectItemQualifiedWildcardKind::Expr(e) => {
                             self.walk(e, &frame);
-                            Cols::open()
+                            (Cols::open(), None)
                         }
                     };
-                    let cols = self.wildcard(base, opts, &frame);
+                    let cols = self.wildcard(base, owners, opts, &frame);
                     append(&mut out, cols);
                 }
             }
@@ -794,29 +840,47 @@ impl Analyzer {
         out.finish()
     }
 
-    /// Applies `* EXCLUDE / EXCEPT / RENAME / REPLACE` to an expansion.
-    fn wildcard(&mut self, mut cols: Cols, opts: &WildcardAdditionalOptions, frame: &Frame<'_>) -> Cols {
+    /// Applies `* EXCLUDE / EXCEPT / RENAME / REPLACE` to an expansion; `owners` says which
+    /// relation each of its columns comes from, when known.
+    fn wildcard(&mut self, mut cols: Cols, owners: Option<Owners<'_>>, opts: &WildcardAdditionalOptions, frame: &Frame<'_>) -> Cols {
         let mut drop: Vec<String> = Vec::new();
+        let mut dropped = vec![false; cols.items.len()];
         let excluded: Vec<&ObjectName> = match &opts.opt_exclude {
             Some(ExcludeSelectItem::Single(n)) => vec![n],
             Some(ExcludeSelectItem::Multiple(ns)) => ns.iter().collect(),
             None => Vec::new(),
         };
         for n in excluded {
-            let parts = name_parts(n);
-            if parts.len() > 1 {
-                // `EXCLUDE (c.k)` drops one relation's `k` and keeps another's: which columns
-                // remain is not followed here, so the output is not certain.
-                cols.more = true;
+            let parts: Vec<String> = name_parts(n).iter().map(|p| lower(p)).collect();
+            let Some((col, qual)) = parts.split_last() else { continue };
+            if qual.is_empty() {
+                drop.push(col.clone());
                 continue;
             }
-            drop.extend(parts.last().map(|s| lower(s)));
+            // `EXCLUDE (c.k)` drops `c`'s `k` and keeps another relation's `k`.
+            match owners.as_ref().and_then(|o| o.item(qual, col, &cols)) {
+                Some(j) => dropped[j] = true,
+                None => {
+                    // Which `k` it drops is not followed (a qualifier that names no relation
+                    // of the scope, a `USING` key…): any column `k` may be the other's, or
+                    // gone, so none is certain and the output is not either.
+                    cols.more = true;
+                    for c in cols.items.iter_mut().filter(|c| c.is(col)) {
+                        c.src.uncertain = true;
+                    }
+                }
+            }
         }
         if let Some(ExceptSelectItem { first_element, additional_elements }) = &opts.opt_except {
             drop.push(lower(&first_element.value));
             drop.extend(additional_elements.iter().map(|i| lower(&i.value)));
         }
-        cols.items.retain(|c| c.name.as_ref().is_none_or(|n| !drop.contains(&lower(n))));
+        let mut at = 0;
+        cols.items.retain(|c| {
+            let keep = !dropped.get(at).copied().unwrap_or(false) && c.name.as_ref().is_none_or(|n| !drop.contains(&lower(n)));
+            at += 1;
+            keep
+        });
         let renames: Vec<(String, String)> = match &opts.opt_rename {
             Some(RenameSelectItem::Single(r)) => vec![(lower(&r.ident.value), r.alias.value.clone())],
             Some(RenameSelectItem::Multiple(rs)) => rs.iter().map(|r| (lower(&r.ident.value), r.alias.value.clone())).collect(),
@@ -831,9 +895,22 @@ impl Analyzer {
             for item in &replace.items {
                 let src = self.sourced(&item.expr, frame);
                 let name = lower(&item.column_name.value);
-                match cols.items.iter_mut().find(|c| c.name.as_ref().is_some_and(|n| lower(n) == name)) {
-                    Some(slot) => slot.src = src,
-                    None => cols.more = true,
+                // DuckDB replaces the first column of that name and drops any other (`*` over a
+                // join whose sides both have it returns it once).
+                let mut replaced = false;
+                cols.items.retain_mut(|c| {
+                    if !c.is(&name) {
+                        true
+                    } else if replaced {
+                        false
+                    } else {
+                        c.src = src.clone();
+                        replaced = true;
+                        true
+                    }
+                });
+                if !replaced {
+                    cols.more = true;
                 }
             }
         }
@@ -1386,10 +1463,11 @@ fn cte_lookup(up: Option<&Frame<'_>>, name: &str) -> Option<Cols> {
     })
 }
 
-/// Applies the alias's column list to the relation's columns.
+/// Applies the alias's column list to the relation's columns (which may repeat a name then:
+/// `AS t(x, x)`, renamed by DuckDB as any relation's).
 fn renamed(mut rel: Rel, alias: Option<&TableAlias>) -> Rel {
     if let Some(a) = alias {
-        rel.cols = std::mem::take(&mut rel.cols).rename(&a.columns);
+        rel.cols = std::mem::take(&mut rel.cols).rename(&a.columns).as_relation();
     }
     rel
 }
@@ -1409,8 +1487,15 @@ fn table_factor_alias(f: &TableFactor) -> Option<&TableAlias> {
 
 /// `*` over `rels`: their columns in order, minus the right side of `USING` / `NATURAL`.
 fn star(rels: &[Rel]) -> Cols {
+    star_owned(rels).0
+}
+
+/// [`star`], and for each of its columns the index in `rels` of the relation it comes from (a
+/// `USING` / `NATURAL` key: the left side's, which it is merged into).
+fn star_owned(rels: &[Rel]) -> (Cols, Vec<usize>) {
     let mut out = Cols::default();
-    for r in rels {
+    let mut owners = Vec::new();
+    for (i, r) in rels.iter().enumerate() {
         for c in &r.cols.items {
             if let Some(name) = &c.name
                 && r.star_skip.contains(&lower(name))
@@ -1424,12 +1509,45 @@ fn star(rels: &[Rel]) -> Cols {
                 continue;
             }
             out.items.push(c.clone());
+            owners.push(i);
         }
         out.more |= r.cols.more;
         out.unordered |= r.cols.unordered;
         out.star_of.extend(r.cols.star_of.iter().cloned());
     }
-    out
+    (out, owners)
+}
+
+/// Which relation of a `FROM` scope each column of a `*` or `t.*` expansion comes from, for an
+/// `EXCLUDE (t.col)`, which drops that relation's `col` only.
+struct Owners<'r> {
+    /// The relations of the scope.
+    rels: &'r [Rel],
+    /// Per column of the expansion, its relation's index in `rels`.
+    of: Vec<usize>,
+    /// Names whose columns `*` merges across relations or leaves out (`USING` and `NATURAL`
+    /// keys, a semi join's right side), lower-case: which column a qualified exclude of one
+    /// drops (DuckDB then shows the other side's) is not followed.
+    merged: Vec<String>,
+}
+
+impl Owners<'_> {
+    /// The index in `cols` of the one column `EXCLUDE (qual.col)` drops (`qual` and `col`
+    /// lower-case), when certain: `qual` names a relation of the scope (`t`, or `schema.t`
+    /// for an alias `t`) that gave the expansion exactly one column `col`.
+    fn item(&self, qual: &[String], col: &str, cols: &Cols) -> Option<usize> {
+        if self.merged.iter().any(|m| m == col) {
+            return None;
+        }
+        let rel = self
+            .rels
+            .iter()
+            .position(|r| r.quals.iter().any(|q| q == qual))
+            .or_else(|| self.rels.iter().position(|r| r.quals.iter().any(|q| qual.len() > q.len() && qual.ends_with(q))))?;
+        let mut found = cols.items.iter().enumerate().filter(|(j, c)| self.of.get(*j) == Some(&rel) && c.is(col)).map(|(j, _)| j);
+        let first = found.next()?;
+        found.next().is_none().then_some(first)
+    }
 }
 
 fn append(out: &mut Cols, cols: Cols) {
@@ -1680,8 +1798,85 @@ mod tests {
         let (_, l) = lineage("SELECT * FROM core.regions JOIN raw.customers USING (region)");
         assert!(l.complete && !l.ordered);
         assert!(lineage("SELECT id, name FROM raw.customers").1.ordered);
-        // `EXCLUDE (r.region)` keeps the other side's `region`: not followed, so not certain.
-        assert!(!lineage("SELECT * EXCLUDE (r.region) FROM raw.customers AS c JOIN core.regions AS r ON c.region = r.region").1.complete);
+        // `EXCLUDE (r.region)` drops `r`'s `region` and keeps the other side's.
+        let (cols, l) = lineage("SELECT * EXCLUDE (r.region) FROM raw.customers AS c JOIN core.regions AS r ON c.region = r.region");
+        assert_eq!(cols, ["id <- raw.customers.id", "name <- raw.customers.name", "region <- raw.customers.region", "label <- core.regions.label"]);
+        assert!(l.complete);
+    }
+
+    #[test]
+    fn a_qualified_exclude_drops_the_named_relations_column_and_keeps_the_others() {
+        // The first relation's `region` goes: the one left is the second's, certain.
+        let (cols, l) = lineage("SELECT * EXCLUDE (c.region) FROM raw.customers AS c JOIN core.regions AS r ON c.region = r.region");
+        assert_eq!(cols, ["id <- raw.customers.id", "name <- raw.customers.name", "region <- core.regions.region", "label <- core.regions.label"]);
+        assert!(l.complete);
+        assert!(reads(&l).contains(&"raw.customers.region".to_string()), "the join still reads it: {:?}", reads(&l));
+        // Two at once, one of each side; a `USING` join (the key is not the excluded column);
+        // `schema.alias.col` as DuckDB accepts it; case ignored.
+        let (cols, _) = lineage("SELECT * EXCLUDE (c.region, R.Label) FROM raw.customers AS c JOIN core.regions AS r ON c.region = r.region");
+        assert_eq!(cols, ["id <- raw.customers.id", "name <- raw.customers.name", "region <- core.regions.region"]);
+        let (cols, l) = lineage("SELECT * EXCLUDE (c.id) FROM core.regions AS r JOIN raw.customers AS c USING (region)");
+        assert_eq!(cols, ["region <- core.regions.region, raw.customers.region", "label <- core.regions.label", "name <- raw.customers.name"]);
+        assert!(l.complete);
+        let (cols, _) = lineage("SELECT * EXCLUDE (main.c.region) FROM raw.customers AS c JOIN core.regions AS r ON c.region = r.region");
+        assert_eq!(cols[2], "region <- core.regions.region");
+        // `t.* EXCLUDE`, qualified or not, drops from `t` alone.
+        for sql in [
+            "SELECT c.* EXCLUDE (c.name), r.label FROM raw.customers AS c JOIN core.regions AS r ON c.region = r.region",
+            "SELECT c.* EXCLUDE (name), r.label FROM raw.customers AS c JOIN core.regions AS r ON c.region = r.region",
+        ] {
+            let (cols, l) = lineage(sql);
+            assert_eq!(cols, ["id <- raw.customers.id", "region <- raw.customers.region", "label <- core.regions.label"], "{sql}");
+            assert!(l.complete, "{sql}");
+        }
+        // Not followed: a qualifier naming no relation, a `USING` key (excluding one side's
+        // shows the other's): every column of that name is uncertain, and the output too.
+        for sql in [
+            "SELECT * EXCLUDE (z.region) FROM raw.customers AS c JOIN core.regions AS r ON c.region = r.region",
+            "SELECT * EXCLUDE (c.region) FROM raw.customers AS c JOIN core.regions AS r USING (region)",
+        ] {
+            let (cols, l) = lineage(sql);
+            assert!(!l.complete, "{sql}");
+            let regions: Vec<&String> = cols.iter().filter(|c| c.starts_with("region <-")).collect();
+            assert!(!regions.is_empty() && regions.iter().all(|c| c.ends_with('?')), "{sql}: {cols:?}");
+        }
+    }
+
+    #[test]
+    fn a_replace_over_a_repeated_name_replaces_the_first_and_drops_the_others() {
+        // DuckDB returns `region` once, the replacement, where the first `region` was.
+        let (cols, l) = lineage("SELECT * REPLACE (c.region || r.label AS region) FROM raw.customers AS c JOIN core.regions AS r ON c.region = r.region");
+        assert_eq!(
+            cols,
+            ["id <- raw.customers.id", "name <- raw.customers.name", "region <- core.regions.label, raw.customers.region", "label <- core.regions.label"]
+        );
+        assert!(l.complete);
+    }
+
+    #[test]
+    fn a_repeated_output_name_is_listed_each_time_and_never_certain() {
+        // A top-level query returns both (the schema contract refuses it): both listed, each
+        // reading either source, neither certain.
+        let (cols, l) = lineage("SELECT c.id, c.region, r.region FROM raw.customers AS c JOIN core.regions AS r ON c.region = r.region");
+        assert_eq!(
+            cols,
+            ["id <- raw.customers.id", "region <- core.regions.region, raw.customers.region, ?", "region <- core.regions.region, raw.customers.region, ?"]
+        );
+        assert!(l.complete);
+        let (cols, l) = lineage("SELECT * FROM raw.customers AS c JOIN raw.orders AS o ON o.customer_id = c.id");
+        assert_eq!(cols.iter().filter(|c| c.starts_with("id <- ")).count(), 2, "{cols:?}");
+        assert!(cols.iter().filter(|c| c.starts_with("id <- ")).all(|c| c == "id <- raw.customers.id, raw.orders.id, ?"), "{cols:?}");
+        assert!(l.complete);
+        // A relation repeating a name gets it renamed by DuckDB (`region_1`): its columns are
+        // not all known, so neither is the output of `*` over it; positional aliases that
+        // repeat one, likewise.
+        for sql in [
+            "SELECT * FROM (SELECT c.region, r.region FROM raw.customers AS c JOIN core.regions AS r ON c.region = r.region) AS s",
+            "WITH s AS (SELECT * FROM raw.customers AS c JOIN core.regions AS r ON c.region = r.region) SELECT * FROM s",
+            "SELECT * FROM (SELECT id, name FROM raw.customers) AS s(k, k)",
+        ] {
+            assert!(!lineage(sql).1.complete, "{sql}");
+        }
     }
 
     fn reads(l: &QueryLineage) -> Vec<String> {

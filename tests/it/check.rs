@@ -555,10 +555,11 @@ define_model { name = "m.hist", kind = kind.scd_type2 { key = "id", columns = { 
 }
 
 /// `check` compares each query's output columns with the declared schema as `apply`'s contract
-/// does — a column not declared, one declared but not returned, the same columns in another
-/// order — and finds nothing where the output is not certain or is right (`* EXCLUDE`,
-/// `* REPLACE`, `alias.*`, a union, a CTE renaming in another case, `COLUMNS(…)`, semi and anti
-/// joins, a qualified `EXCLUDE`).
+/// does — a column not declared, one declared but not returned, one returned twice, the same
+/// columns in another order — and finds nothing where the output is not certain or is right
+/// (`* EXCLUDE`, `* REPLACE`, `alias.*`, a union, a CTE renaming in another case, `COLUMNS(…)`,
+/// semi and anti joins, qualified `EXCLUDE`s keeping the other side's column, a `REPLACE` of a
+/// name both sides have, a subquery whose repeated name the engine renames).
 #[test]
 fn check_finds_the_output_columns_apply_would_refuse_and_no_others() {
     let p = Project::new();
@@ -579,6 +580,11 @@ local q = define_model { name = "s.q", kind = kind.full(), schema = { { "qid", "
 define_model { name = "s.semi", kind = kind.full(), schema = { { "id", "bigint" }, { "a", "bigint" }, { "b", "varchar" } }, query = "SELECT * FROM " .. ref(p) .. " AS p SEMI JOIN " .. ref(q) .. " AS q ON p.id = q.qid" }
 define_model { name = "s.anti", kind = kind.full(), schema = { { "id", "bigint" }, { "a", "bigint" }, { "b", "varchar" } }, query = "SELECT * FROM " .. ref(p) .. " AS p ANTI JOIN " .. ref(q) .. " AS q ON p.id = q.qid" }
 define_model { name = "s.exq", kind = kind.full(), schema = { { "id", "bigint" }, { "a", "bigint" }, { "b", "varchar" } }, query = "SELECT * EXCLUDE (q.qid) FROM " .. ref(p) .. " AS p JOIN " .. ref(q) .. " AS q ON p.id = q.qid" }
+define_model { name = "s.dup", kind = kind.full(), schema = { { "id", "bigint" }, { "a", "bigint" } }, query = "SELECT l.id, l.a, r.a FROM " .. ref(p) .. " AS l JOIN " .. ref(p) .. " AS r USING (id)" }
+define_model { name = "s.dupstar", kind = kind.full(), schema = { { "id", "bigint" }, { "a", "bigint" }, { "b", "varchar" } }, query = "SELECT * FROM " .. ref(p) .. " AS l JOIN " .. ref(p) .. " AS r USING (id)" }
+define_model { name = "s.dupsub", kind = kind.full(), schema = { { "a", "bigint" }, { "a_1", "bigint" } }, query = "SELECT * FROM (SELECT l.a, r.a FROM " .. ref(p) .. " AS l JOIN " .. ref(p) .. " AS r USING (id)) AS s" }
+define_model { name = "s.exkeep", kind = kind.full(), schema = { { "id", "bigint" }, { "b", "varchar" }, { "a", "bigint" } }, query = "SELECT * EXCLUDE (l.a, r.id, r.b) FROM " .. ref(p) .. " AS l JOIN " .. ref(p) .. " AS r ON l.id = r.id" }
+define_model { name = "s.repdup", kind = kind.full(), schema = { { "id", "bigint" }, { "a", "bigint" }, { "b", "varchar" } }, query = "SELECT * EXCLUDE (r.id, r.b) REPLACE (l.a + r.a AS a) FROM " .. ref(p) .. " AS l JOIN " .. ref(p) .. " AS r ON l.id = r.id" }
 "#,
     );
     let (run, v) = check(&p);
@@ -595,15 +601,22 @@ define_model { name = "s.exq", kind = kind.full(), schema = { { "id", "bigint" }
             ("s.swap", 9, "n", "columns are returned in another order: declared (n, total), returned (total, n)"),
             ("s.extra", 10, "x", "the query returns column `x`, which the schema does not declare"),
             ("s.missing", 11, "m", "declared column `m` is not returned by the query"),
+            ("s.dup", 16, "a", "the query returns column `a` more than once (name each output column once)"),
+            ("s.dupstar", 17, "a", "the query returns column `a` more than once (name each output column once)"),
+            ("s.dupstar", 17, "b", "the query returns column `b` more than once (name each output column once)"),
         ],
         "{v:#}"
     );
-    // `apply`'s contract refuses exactly those three, before building anything.
+    // `apply`'s contract refuses exactly those, in the same words, before building anything.
     let apply = p.run(&["apply", "dev", "--yes"]);
     apply.expect_code(1);
     let refused: Vec<&str> = apply.stderr.lines().filter(|l| l.starts_with("  models/m.lua:")).collect();
-    assert_eq!(refused.len(), 3, "{}", apply.stderr);
-    for model in ["`s.swap`", "`s.extra`", "`s.missing`"] {
+    assert_eq!(refused.len(), 6, "{}", apply.stderr);
+    for model in ["`s.swap`", "`s.extra`", "`s.missing`", "`s.dup`", "`s.dupstar`"] {
         assert!(refused.iter().any(|l| l.contains(model)), "{model}: {}", apply.stderr);
+    }
+    for (model, column) in [("s.dup", "a"), ("s.dupstar", "a"), ("s.dupstar", "b")] {
+        let said = format!("model `{model}`: the query returns column `{column}` more than once");
+        assert!(refused.iter().any(|l| l.contains(&said)), "{said}: {}", apply.stderr);
     }
 }

@@ -363,6 +363,47 @@ fn render_canonical_and_for_an_environment(engine: EngineBackend) {
     assert!(run.stderr.contains("no-such env"), "{}", run.stderr);
 }
 
+/// `render --env E` of a model reading parents `E` does not serve (added to the project since
+/// `E` was applied) warns, naming them, that the views the SQL reads do not exist yet, as it
+/// warns for an environment never applied: here `s.n` read directly and `s.n2` through the
+/// embedded `s.e` (inlined: its own parent is read), never the served `s.a` nor `s.e` itself.
+/// Once `E` serves them, no warning.
+#[test]
+fn render_for_an_environment_warns_of_a_parent_it_does_not_serve() {
+    let p = Project::new();
+    let full = |name: &str, query: &str| {
+        format!("define_model {{ name = \"{name}\", kind = kind.full(), schema = {{ {{ \"x\", \"integer\" }} }}, query = {query} }}\n")
+    };
+    p.write("models/a.lua", &full("s.a", "\"SELECT 1 AS x\""));
+    p.apply("dev");
+    let mut added = full("s.n", "\"SELECT 2 AS x\"");
+    added.push_str(&full("s.n2", "\"SELECT 3 AS x\""));
+    added.push_str(
+        "define_model { name = \"s.e\", kind = kind.embedded(), schema = { { \"x\", \"integer\" } }, query = \"SELECT x FROM \" .. ref(\"s.n2\") }\n",
+    );
+    added.push_str(&full("s.m", "\"SELECT a.x FROM \" .. ref(\"s.a\") .. \" AS a, \" .. ref(\"s.n\") .. \" AS n, \" .. ref(\"s.e\") .. \" AS e\""));
+    added.push_str(&full("s.one", "\"SELECT x FROM \" .. ref(\"s.n\")"));
+    p.write("models/n.lua", &added);
+
+    let r = p.run(&["render", "s.m", "--env", "dev", "--json"]);
+    let v = r.expect_code(0).json();
+    assert_eq!(v["envExists"], Value::Bool(true), "{v:#}");
+    let both = "environment `dev` does not serve `s.n`, `s.n2`: this SQL reads their views, which do not exist until `efmesh apply dev` creates them";
+    assert!(r.stderr.contains(both), "{}", r.stderr);
+    assert!(!r.stderr.contains("`s.a`") && !r.stderr.contains("`s.e`"), "{}", r.stderr);
+    let r = p.run(&["render", "s.one", "--env", "dev"]);
+    let one = "environment `dev` does not serve `s.n`: this SQL reads its view, which does not exist until `efmesh apply dev` creates it";
+    assert!(r.expect_code(0).stderr.contains(one), "{}", r.stderr);
+    // A model whose parents `dev` serves, and the same models once applied: no warning.
+    p.write("models/b.lua", &full("s.b", "\"SELECT x FROM \" .. ref(\"s.a\")"));
+    assert!(!p.run(&["render", "s.b", "--env", "dev"]).expect_code(0).stderr.contains("does not serve"));
+    p.apply("dev");
+    for model in ["s.m", "s.one"] {
+        let r = p.run(&["render", model, "--env", "dev"]);
+        assert!(!r.expect_code(0).stderr.contains("does not serve"), "{model}: {}", r.stderr);
+    }
+}
+
 /// Renaming a model only in letter case (`s.c` → `s.C`), then its schema for every model
 /// (`s.*` → `S.*`): each apply exits 0 and the renamed models' views answer queries (on DuckDB,
 /// which resolves names ignoring case, through the old spelling too; on Postgres the old views,

@@ -672,6 +672,11 @@ fn restate_of_a_month_recomputes_it_in_the_parent_a_daily_child_and_a_full_rollu
     let r = p.run(&["restate", "prod", "--model", "t.parent", "--from", "2026-01-01T05:00:00Z", "--to", "2026-02-01"]);
     r.expect_code(1);
     assert!(r.stderr.contains("2026-01-01T00:00:00.000Z") && r.stderr.contains("2026-01-02T00:00:00.000Z"), "{r:#?}");
+    // Malformed bounds are a command line refused: `--json` kind `usage`.
+    for (from, to) in [("2026-01-01T05:00:00Z", "2026-02-01"), ("2026-02-01", "2026-01-01"), ("soon", "2026-02-01")] {
+        let v = p.run(&["restate", "prod", "--model", "t.parent", "--from", from, "--to", to, "--json"]).expect_code(1).json();
+        assert_eq!(v["error"]["kind"], "usage", "--from {from} --to {to}: {v:#}");
+    }
     let r = p.run(&["restate", "prod", "--model", "t.hist", "--from", "2026-01-01", "--to", "2026-02-01"]);
     r.expect_code(1);
     assert!(r.stderr.contains("scd_type2") && r.stderr.contains("t.hist"), "{r:#?}");

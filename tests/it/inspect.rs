@@ -9,6 +9,8 @@ on_every_engine!(
     diff_lists_models_added_removed_and_at_another_version_between_two_environments,
     diff_data_counts_rows_only_on_one_side_matched_and_mismatched_values,
     diff_data_tells_intervals_and_signed_zeros_their_equality_calls_equal_apart,
+    diff_data_never_takes_a_model_column_for_its_own_marker_columns,
+    diff_data_matches_and_samples_a_key_retyped_between_exact_numbers_by_value,
 );
 
 fn models(b_query: &str, with_c: bool, with_d: bool) -> String {
@@ -294,10 +296,12 @@ fn diff_data_counts_rows_only_on_one_side_matched_and_mismatched_values(engine: 
 
     // Bad input: a share outside 1..99, a sample without --data, a model not served by both or
     // without data of its own; each exits 1 naming what is wrong.
+    // With `--json`, each is a command line refused: kind `usage`.
     for bad in ["0", "100", "x"] {
         let r = p.run(&["diff", "prod", "dev", "--data", "--sample", bad, "--json"]);
         r.expect_code(1);
-        assert_eq!(r.json()["apiVersion"], 1);
+        let v = r.json();
+        assert_eq!((v["apiVersion"].as_u64(), v["error"]["kind"].as_str()), (Some(1), Some("usage")), "{v:#}");
         assert!(r.stderr.contains("--sample expects a percent from 1 to 99"), "{}", r.stderr);
     }
     let r = p.run(&["diff", "prod", "dev", "--sample", "50"]);
@@ -309,6 +313,12 @@ fn diff_data_counts_rows_only_on_one_side_matched_and_mismatched_values(engine: 
     let r = p.run(&["diff", "prod", "dev", "--data", "--model", "s.e"]);
     r.expect_code(1);
     assert!(r.stderr.contains("model `s.e` is an embedded model"), "{}", r.stderr);
+    for args in [&["--sample", "50"][..], &["--data", "--model", "s.t,s.only"], &["--data", "--model", "s.e"]] {
+        let mut all = vec!["diff", "prod", "dev", "--json"];
+        all.extend_from_slice(args);
+        let v = p.run(&all).expect_code(1).json();
+        assert_eq!(v["error"]["kind"], "usage", "{args:?}: {v:#}");
+    }
 }
 
 #[test]
@@ -406,4 +416,84 @@ define_model {{ name = "s.n", kind = kind.full(), schema = {{ {{ "d", "interval"
     p.apply("dev");
     let text = p.run(&["diff", "prod", "dev", "--data"]).expect_code(0).stdout.clone();
     assert!(text.contains("✓ s.k") && text.contains("✓ s.n"), "{text}");
+}
+
+/// The join marks each side's rows with a column of its own (TRUE on its rows, NULL where the
+/// join found none): a model's own column of that name is never taken for it. `s.w` has columns
+/// named `_efmesh_a` and `_efmesh_b` (the markers' first names): a value changed in one is a
+/// mismatch, and NULL against NULL in both is no row missing from either side.
+fn diff_data_never_takes_a_model_column_for_its_own_marker_columns(engine: EngineBackend) {
+    let p = Project::on_engine(engine);
+    let model = |rows: &str| {
+        format!(
+            r#"define_model {{ name = "s.w", kind = kind.full(), grain = {{ "id" }}, schema = {{ {{ "id", "integer" }}, {{ "_efmesh_a", "boolean" }}, {{ "_efmesh_b", "boolean" }} }}, query = [[SELECT id, a AS _efmesh_a, b AS _efmesh_b FROM (VALUES {rows}) AS t(id, a, b)]] }}
+"#
+        )
+    };
+    p.write("models/m.lua", &model("(1, FALSE, FALSE), (2, NULL, NULL)"));
+    p.apply("prod");
+    p.write("models/m.lua", &model("(1, TRUE, FALSE), (2, NULL, NULL)"));
+    p.apply("dev");
+    let v = p.run(&["diff", "prod", "dev", "--data", "--json"]).expect_code(0).json();
+    let w = entry(&v, "s.w");
+    assert_eq!((count(w, "onlyInA"), count(w, "onlyInB"), count(w, "matched")), (0, 0, 2), "{w:#}");
+    assert_eq!((mismatches(w, "_efmesh_a"), mismatches(w, "_efmesh_b")), (1, 0), "{w:#}");
+    let text = p.run(&["diff", "prod", "dev", "--data"]).expect_code(0).stdout.clone();
+    assert!(text.contains("  ≠ s.w  A=2 B=2  key (id): only in A 0, only in B 0, matched 2\n      _efmesh_a: 1 of 2 (50.00%)\n"), "{text}");
+    // The same rows again (in another order, another version): the same data.
+    p.write("models/m.lua", &model("(2, NULL, NULL), (1, FALSE, FALSE)"));
+    p.apply("dev");
+    let v = p.run(&["diff", "prod", "dev", "--data", "--json"]).expect_code(0).json();
+    let w = entry(&v, "s.w");
+    assert_eq!((count(w, "onlyInA"), count(w, "onlyInB"), count(w, "matched")), (0, 0, 2), "{w:#}");
+    assert_eq!(w["columns"], serde_json::json!([]), "{w:#}");
+    let text = p.run(&["diff", "prod", "dev", "--data"]).expect_code(0).stdout.clone();
+    assert!(text.contains("  ✓ s.w  A=2 B=2  key (id): only in A 0, only in B 0, matched 2\n"), "{text}");
+}
+
+/// A key retyped between exact numbers — an integer in `prod`, `decimal(10,2)` in `dev`; or a
+/// `decimal(10,2)` against a `decimal(12,4)` — holds the same keys: they match by value (`1`
+/// against `1.00`), on Postgres (whose full join compares text) as on DuckDB, a value column
+/// retyped so is no mismatch, and sampling takes a key on both sides or on neither. A key on
+/// one side only is counted and listed alike (the counts and the keys listed agree).
+fn diff_data_matches_and_samples_a_key_retyped_between_exact_numbers_by_value(engine: EngineBackend) {
+    let p = Project::on_engine(engine);
+    let models = |id: &str, v: &str, d: &str, ids: &str| {
+        format!(
+            r#"define_model {{ name = "s.k", kind = kind.full(), grain = {{ "id" }}, schema = {{ {{ "id", "{id}" }}, {{ "v", "{v}" }} }}, query = [[SELECT CAST(n AS {id}) AS id, CAST(n * 10 AS {v}) AS v FROM (VALUES {ids}) AS t(n)]] }}
+define_model {{ name = "s.d", kind = kind.full(), grain = {{ "id" }}, schema = {{ {{ "id", "{d}" }} }}, query = [[SELECT CAST(n AS {d}) AS id FROM (VALUES (1.25), (2.5), (3)) AS t(n)]] }}
+"#
+        )
+    };
+    let ids = "(1), (2), (3), (4), (5), (6), (7), (8), (9), (10)";
+    p.write("models/m.lua", &models("integer", "integer", "decimal(10,2)", ids));
+    p.apply("prod");
+    p.write("models/m.lua", &models("decimal(10,2)", "decimal(12,4)", "decimal(12,4)", ids));
+    p.apply("dev");
+    let v = p.run(&["diff", "prod", "dev", "--data", "--json"]).expect_code(0).json();
+    let k = entry(&v, "s.k");
+    assert_eq!((count(k, "onlyInA"), count(k, "onlyInB"), count(k, "matched")), (0, 0, 10), "{k:#}");
+    assert_eq!(k["columns"], serde_json::json!([]), "`v` holds the same values: {k:#}");
+    assert_eq!(k["typeChanged"].as_array().map(Vec::len), Some(2), "{k:#}");
+    let d = entry(&v, "s.d");
+    assert_eq!((count(d, "onlyInA"), count(d, "onlyInB"), count(d, "matched")), (0, 0, 3), "{d:#}");
+    let text = p.run(&["diff", "prod", "dev", "--data"]).expect_code(0).stdout.clone();
+    assert!(text.contains(" s.k  A=10 B=10  key (id): only in A 0, only in B 0, matched 10\n"), "{text}");
+    // Sampled: the same keys on both sides, none missing from either.
+    for percent in ["10", "25", "50", "75", "90"] {
+        let s = p.run(&["diff", "prod", "dev", "--data", "--sample", percent, "--json"]).expect_code(0).json();
+        for model in ["s.k", "s.d"] {
+            let e = entry(&s, model);
+            assert_eq!((count(e, "onlyInA"), count(e, "onlyInB")), (0, 0), "sample {percent}%: {e:#}");
+        }
+    }
+    // A key only in `prod` (3) and one only in `dev` (11): counted and listed.
+    p.write("models/m.lua", &models("decimal(10,2)", "decimal(12,4)", "decimal(12,4)", &ids.replace("(3), ", "").replace("(10)", "(10), (11)")));
+    p.apply("dev");
+    let v = p.run(&["diff", "prod", "dev", "--data", "--model", "s.k", "--json"]).expect_code(0).json();
+    let k = entry(&v, "s.k");
+    assert_eq!((count(k, "onlyInA"), count(k, "onlyInB"), count(k, "matched")), (1, 1, 9), "{k:#}");
+    assert_eq!((k["onlyInAKeys"].as_array().map(Vec::len), k["onlyInBKeys"].as_array().map(Vec::len)), (Some(1), Some(1)), "{k:#}");
+    // Each side's key as it serves it.
+    assert_eq!((k["onlyInAKeys"].clone(), k["onlyInBKeys"].clone()), (serde_json::json!([["3"]]), serde_json::json!([["11.00"]])), "{k:#}");
 }

@@ -121,6 +121,119 @@ fn lineage_marks_uncertain_columns_and_names_bad_input() {
     assert!(r.stderr.contains("`revenue` is neither a model (`schema.table`) nor a column (`schema.table.column`)"), "{}", r.stderr);
 }
 
+/// Two parents sharing `id` and `x`; children reading them through a qualified `EXCLUDE` (on
+/// an `ON` and a `USING` join) and through table functions; `x_expr` is `s.a`'s `x`.
+fn shared_models(x_expr: &str) -> String {
+    format!(
+        r#"local a = define_model {{ name = "s.a", kind = kind.full(), schema = {{ {{ "id", "integer" }}, {{ "x", "integer" }}, {{ "y", "integer" }} }},
+  query = "SELECT 1 AS id, {x_expr} AS x, 100 AS y" }}
+local b = define_model {{ name = "s.b", kind = kind.full(), schema = {{ {{ "id", "integer" }}, {{ "x", "integer" }} }}, query = "SELECT 1 AS id, 11 AS x" }}
+define_model {{ name = "t.f", kind = kind.full(), schema = {{ {{ "id", "integer" }}, {{ "y", "integer" }}, {{ "x", "integer" }} }},
+  query = "SELECT * EXCLUDE (a.x, b.id) FROM " .. ref(a) .. " AS a JOIN " .. ref(b) .. " AS b ON a.id = b.id" }}
+define_model {{ name = "t.g", kind = kind.full(), schema = {{ {{ "id", "integer" }}, {{ "y", "integer" }}, {{ "x", "integer" }} }},
+  query = "SELECT * EXCLUDE (a.x) FROM " .. ref(a) .. " AS a JOIN " .. ref(b) .. " AS b USING (id)" }}
+define_model {{ name = "t.u", kind = kind.full(), schema = {{ {{ "id", "integer" }}, {{ "u", "integer" }} }},
+  query = "SELECT id, u FROM " .. ref(a) .. " AS a, unnest([a.x, a.y]) AS t(u)" }}
+define_model {{ name = "t.gs", kind = kind.full(), schema = {{ {{ "id", "integer" }}, {{ "g", "bigint" }} }},
+  query = "SELECT id, g FROM " .. ref(a) .. " AS a, generate_series(1, a.x) AS t(g)" }}
+"#
+    )
+}
+
+/// `EXCLUDE (a.x)` over two parents that both have `x` serves the other's: lineage names that
+/// one (certain), and its reader downstream, as what the engine serves says.
+#[test]
+fn a_qualified_exclude_keeps_the_other_parents_column_and_lineage_says_which() {
+    let p = Project::new();
+    p.write("models/m.lua", &shared_models("10"));
+    p.run(&["check"]).expect_code(0);
+    p.apply("dev");
+    for m in ["t.f", "t.g"] {
+        assert_eq!(p.rows(&format!("dev__{m}")), vec![vec![Some("1".into()), Some("100".into()), Some("11".into())]], "{m} serves `s.b.x`");
+        let v = p.run(&["lineage", &format!("{m}.x"), "--json"]).expect_code(0).json();
+        let mut lines = Vec::new();
+        flatten(&v["lineage"][0], &mut lines, 0);
+        assert_eq!(lines, [format!("{m}.x (full)"), "  s.b.x (full)".to_string()], "{v:#}");
+        assert_eq!(v["lineage"][0]["certain"], true, "{v:#}");
+    }
+    let v = p.run(&["lineage", "s.b.x", "--downstream", "--json"]).expect_code(0).json();
+    let mut lines = Vec::new();
+    flatten(&v["lineage"][0], &mut lines, 0);
+    assert_eq!(lines, ["s.b.x (full)", "  t.f.x (full)", "  t.g.x (full)"], "{v:#}");
+    assert_eq!(v["alsoReadBy"][0]["models"], serde_json::json!([]), "they take values from it, not only filter by it: {v:#}");
+    // `s.a.x` is excluded: neither reads it.
+    let text = p.run(&["lineage", "s.a.x", "--downstream"]).expect_code(0).stdout.clone();
+    assert!(!text.contains("t.f") && !text.contains("t.g."), "{text}");
+}
+
+/// A table function's output column (`unnest(…) AS t(u)`, `generate_series(…) AS t(g)`) is
+/// uncertain and may take values from the column the function reads: its model is one that
+/// may read the column, never "only a filter"; and the plan rebuilds it when that column changes.
+#[test]
+fn a_model_with_a_table_functions_column_may_read_what_the_function_reads() {
+    let p = Project::new();
+    p.write("models/m.lua", &shared_models("10"));
+    for column in ["x", "y"] {
+        let v = p.run(&["lineage", &format!("s.a.{column}"), "--downstream", "--json"]).expect_code(0).json();
+        assert_eq!(v["alsoReadBy"][0]["models"], serde_json::json!([]), "{column}: {v:#}");
+        assert_eq!(v["possiblyReadBy"][0]["models"], serde_json::json!(["t.gs", "t.u"]), "{column}: {v:#}");
+    }
+    let text = p.run(&["lineage", "s.a.y", "--downstream"]).expect_code(0).stdout.clone();
+    assert!(text.contains("may be read by (their lineage cannot tell): t.gs, t.u") && !text.contains("also read by"), "{text}");
+
+    p.apply("dev");
+    p.write("models/m.lua", &shared_models("12"));
+    let plan = p.run(&["plan", "dev", "--json", "--explain"]).expect_code(0).json();
+    let action =
+        |name: &str| plan["actions"].as_array().unwrap().iter().find(|a| a["name"] == name).cloned().unwrap_or_else(|| panic!("no {name} in {plan:#}"));
+    let read_by = action("s.a")["explain"]["columnImpact"]["readBy"].clone();
+    for m in ["t.gs", "t.u"] {
+        assert!(read_by.as_array().is_some_and(|r| r.iter().any(|x| x == m)), "{m}: {plan:#}");
+        assert_eq!(action(m)["build"], true, "{:#}", action(m));
+    }
+}
+
+/// A query returning a column twice (`*` over a `USING` join whose sides share `x`, or
+/// `a.x, b.x`): `check` names the model, its file:line and the column, as `apply`'s contract
+/// would; lineage claims no single certain source for it.
+#[test]
+fn a_column_returned_twice_fails_check_and_has_no_certain_source() {
+    let p = Project::new();
+    p.write("models/m.lua", &shared_models("10"));
+    p.write(
+        "models/dup.lua",
+        r#"define_model { name = "t.j", kind = kind.full(), schema = { { "id", "integer" }, { "x", "integer" }, { "y", "integer" } },
+  query = "SELECT * FROM " .. ref("s.a") .. " AS a JOIN " .. ref("s.b") .. " AS b USING (id)" }
+define_model { name = "t.j2", kind = kind.full(), schema = { { "id", "integer" }, { "x", "integer" } },
+  query = "SELECT a.id, a.x, b.x FROM " .. ref("s.a") .. " AS a JOIN " .. ref("s.b") .. " AS b USING (id)" }
+"#,
+    );
+    let run = p.run(&["check", "--json"]);
+    run.expect_code(1);
+    let v = run.json();
+    let found: Vec<(String, u64, String, String)> = v["errors"]
+        .as_array()
+        .expect("errors")
+        .iter()
+        .map(|e| {
+            let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+            (s("model"), e["line"].as_u64().unwrap_or(0), s("column"), s("message"))
+        })
+        .collect();
+    let twice = "the query returns column `x` more than once (name each output column once)".to_string();
+    assert_eq!(found, [("t.j".to_string(), 1, "x".to_string(), twice.clone()), ("t.j2".to_string(), 3, "x".to_string(), twice)], "{v:#}");
+    let text = p.run(&["check"]).stdout.clone();
+    assert!(text.contains("models/dup.lua:3: model `t.j2`: the query returns column `x` more than once"), "{text}");
+
+    for m in ["t.j", "t.j2"] {
+        let v = p.run(&["lineage", &format!("{m}.x"), "--json"]).expect_code(0).json();
+        let mut lines = Vec::new();
+        flatten(&v["lineage"][0], &mut lines, 0);
+        assert_eq!(lines, [format!("{m}.x (full)"), "  s.a.x (full)".to_string(), "  s.b.x (full)".to_string()], "{v:#}");
+        assert_eq!(v["lineage"][0]["certain"], false, "{v:#}");
+    }
+}
+
 on_every_engine!(plan_column_impact_keeps_children_that_read_none_of_the_changed_columns_and_matches_a_fresh_build);
 
 /// A parent of three columns and children reading it in different ways; `b_expr` is `b`'s.

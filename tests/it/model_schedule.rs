@@ -510,6 +510,9 @@ fn restating_a_model_without_intervals_hints_at_what_recomputes_it() {
     };
     let plain = restate("s.plain");
     assert!(plain.contains("cannot restate `s.plain`: only incremental_by_time_range models have intervals (it is full)"), "{plain}");
+    // A command line refused: `--json` kind `usage`.
+    let v = p.run(&["restate", "prod", "--model", "s.plain", "--from", "2026-03-01", "--to", "2026-03-02", "--json"]).expect_code(1).json();
+    assert_eq!(v["error"]["kind"], "usage", "{v:#}");
     assert!(
         plain.contains("\n  hint: a `full` model is rebuilt whole when its parents' data changes, and by `run` at each tick of its `cron`; `s.plain` has none")
             && plain.contains("give it one (e.g. `cron = \"@daily\"`) for `run` to re-read it"),

@@ -236,6 +236,14 @@ fn the_rows_limit_is_honoured_and_the_count_is_not_limited(engine: EngineBackend
     assert_eq!(a["rows"].as_array().expect("rows").len(), 3, "{a:#}");
     assert_eq!(a["comparison"]["rowsNew"], 7, "{a:#}");
     assert_eq!(a["comparison"]["rowsNow"], 7, "{a:#}");
+    // The most an engine's `LIMIT` takes (a 64-bit signed integer) shows every row; one more is
+    // a usage error naming the flag, never the engine's conversion error blamed on the model.
+    let all = previews(&p, &["dev", "s.a", "--rows", &i64::MAX.to_string()], 0);
+    assert_eq!(one(&all, "s.a")["rows"].as_array().expect("rows").len(), 7);
+    let run = p.run(&["preview", "dev", "s.a", "--rows", "9223372036854775808", "--json"]);
+    let v = run.expect_code(1).json();
+    assert_eq!(v["error"]["kind"], "usage", "{v:#}");
+    assert!(run.stderr.contains("--rows") && !run.stderr.contains("model `s.a`"), "{}", run.stderr);
 }
 
 #[test]

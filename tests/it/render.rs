@@ -163,12 +163,14 @@ fn render_interval_refuses_bad_input_naming_it() {
         let r = p.run(&all);
         r.expect_code(1);
         assert!(r.stderr.contains(wanted), "`{}`: wanted {wanted:?} in\n{}", all.join(" "), r.stderr);
-        // `--json`: one error object on stdout, the same message.
+        // `--json`: one error object on stdout, the same message, of kind `usage` (a command
+        // line refused: an argument malformed or naming nothing, a model without intervals).
         all.push("--json");
         let j = p.run(&all);
         j.expect_code(1);
         let v = j.json();
         assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains(wanted)), "{v:#}");
+        assert_eq!(v["error"]["kind"], "usage", "`{}`: {v:#}", all.join(" "));
     }
     let r = p.run(&["render", "t.xx", "--interval", "2026-01-02", "2026-01-09"]);
     assert!(r.stderr.contains("did you mean `t.x`?"), "{}", r.stderr);
