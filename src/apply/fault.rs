@@ -33,7 +33,10 @@
 //! re-creation of a parquet version's view slow (`lake-publish:<schema.table>`) to show a
 //! backfill's batches grouped between two of them; the import race test holds `state import`
 //! between its comparison of the export with the engine database and its write
-//! (`import-after-compare`) to run a writer (a restatement's run) there.
+//! (`import-after-compare`) to run a writer (a restatement's run) there; the restatement race
+//! test holds a run after a time-range model's batch (or a transaction of several) committed
+//! and before its ledger record (`batch-committed:<schema.table>`, on the thread recording it)
+//! to restate the range from another environment there.
 //!
 //! A third hook, `EFMESH_LOSE_LOCK=<point>`, makes the process lose the writer lock it holds
 //! at a named point ([`lose_lock_point`]), as a holder stalled past the lock's expiry (suspended,

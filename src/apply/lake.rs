@@ -277,6 +277,9 @@ pub fn build(
             let mut listed: BTreeSet<String> = relist(project, model, &physical, Some(&snapshot.fingerprint), state, engine)?.into_iter().collect();
             let mut publish_cost = relisted.elapsed();
             state.put_snapshot(snapshot)?;
+            // Before any batch reads its inputs: a restatement committed from here on makes the
+            // batches' done records refused (SPEC §4 invariant 33; [`super::record_done`]).
+            let mut seen = super::data_generation(state, &snapshot.name, &snapshot.fingerprint)?;
             let tc = quote_ident(&t.time_column);
             let batches = batches.unwrap_or_default();
             let n = batches.len();
@@ -295,11 +298,9 @@ pub fn build(
                     // rewrites them).
                     if !pending.is_empty() {
                         let count = pending.len();
-                        match publish_pending(project, model, &physical, &dir, &listed, &mut pending, snapshot, state, engine) {
-                            Ok(_) => report.intervals += count,
-                            Err(e) => {
-                                tracing::warn!(model = %model.name, intervals = count, error = %e, "the batches written before the failed one could not be listed and marked done: the next apply rewrites them")
-                            }
+                        let published = publish_pending(project, model, &physical, &dir, &listed, &mut pending, snapshot, (state, &mut seen), engine, report);
+                        if let Err(e) = published {
+                            tracing::warn!(model = %model.name, intervals = count, error = %e, "the batches written before the failed one could not be listed and marked done: the next apply rewrites them")
                         }
                     }
                     let _ = state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &pieces, IntervalStatus::Failed, interval::now_millis());
@@ -318,10 +319,8 @@ pub fn build(
                 // next apply.
                 let last = i + 1 == n;
                 if last || since_publish.elapsed() >= publish_cost * 9 {
-                    let count = pending.len();
-                    publish_cost = publish_pending(project, model, &physical, &dir, &listed, &mut pending, snapshot, state, engine)?;
+                    publish_cost = publish_pending(project, model, &physical, &dir, &listed, &mut pending, snapshot, (state, &mut seen), engine, report)?;
                     since_publish = std::time::Instant::now();
-                    report.intervals += count;
                 }
             }
         }
@@ -382,9 +381,13 @@ fn check_declared_types_hold(
 }
 
 /// Publishes the view over `listed` (the files of every batch written so far) and marks the
-/// `pending` intervals (written since the last publish, emptied) done; returns how long the
-/// publish took. When the publish or the record fails they are marked failed (their complete
-/// files are rewritten by the next apply) and the error is returned.
+/// `pending` intervals (written since the last publish, emptied) done, counting them in
+/// `report`; returns how long the publish took. The record is refused, leaving them not done
+/// (their files listed, as a restated interval's kept file is, rewritten by the next run), when
+/// the version's data generation moved from `seen` (a restatement committed meanwhile:
+/// [`super::record_done`], which warns and reports them). When the publish or the record fails
+/// they are marked failed (their complete files are rewritten by the next apply) and the error
+/// is returned.
 #[allow(clippy::too_many_arguments)] // `build`'s own state, from its two publishing points
 fn publish_pending(
     project: &Project,
@@ -394,20 +397,30 @@ fn publish_pending(
     listed: &BTreeSet<String>,
     pending: &mut Vec<Interval>,
     snapshot: &SnapshotRecord,
-    state: &dyn StateStore,
+    (state, seen): (&dyn StateStore, &mut i64),
     engine: &mut dyn Engine,
+    report: &mut ApplyReport,
 ) -> Result<std::time::Duration, ApplyError> {
     let done = std::mem::take(pending);
     let started = std::time::Instant::now();
     let published = publish(project, model, physical, dir, &listed.iter().cloned().collect::<Vec<_>>(), engine);
     let took = started.elapsed();
-    let kept = published.and_then(|()| {
-        state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &done, IntervalStatus::Done, interval::now_millis()).map_err(ApplyError::from)
-    });
-    if kept.is_err() {
-        let _ = state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &done, IntervalStatus::Failed, interval::now_millis());
+    let kept = match published {
+        Ok(()) => super::record_done(state, &model.name, snapshot, &done, seen, report).map_err(ApplyError::from),
+        Err(e) => Err(e),
+    };
+    match kept {
+        Ok(recorded) => {
+            if recorded {
+                report.intervals += done.len();
+            }
+            Ok(took)
+        }
+        Err(e) => {
+            let _ = state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &done, IntervalStatus::Failed, interval::now_millis());
+            Err(e)
+        }
     }
-    kept.map(|()| took)
 }
 
 /// One time-range batch: the query once into a temporary table, one file per grain interval

@@ -64,7 +64,7 @@ use crate::engine::{Engine, EngineError};
 use crate::plan::{Change, Plan, env_schema};
 use crate::project::Project;
 use crate::sql::fingerprint::FINGERPRINT_VERSION;
-use crate::state::{IntervalStatus, SnapshotRecord, StateError, StateStore};
+use crate::state::{DoneMark, IntervalStatus, SnapshotRecord, StateError, StateStore};
 use resolve::{ExecResolver, Mode};
 use serde::Serialize;
 use serde_json::json;
@@ -145,6 +145,87 @@ pub struct ApplyReport {
     /// declaring models and their time-range descendants); empty for `apply`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub auto_restated: Vec<run::AutoRestated>,
+    /// Intervals computed and committed whose done record was refused because a restatement
+    /// committed while their batches ran ([`StateStore::mark_done_unless_moved`]): not done, the
+    /// next run or apply computes them; not counted in `intervals`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub restated_meanwhile: Vec<RestatedMeanwhile>,
+}
+
+/// Intervals of a time-range model that an apply or run computed and committed but did not
+/// record done: the version's data generation moved while their batches ran — `efmesh restate`
+/// of another environment serving the version committed meanwhile — so they may hold rows read
+/// before the restatement, which asks for them to be recomputed (SPEC §4 invariant 33). The
+/// ledger leaves them not done: `plan` and `status` count them missing, and the next run or
+/// apply computes them again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RestatedMeanwhile {
+    /// The model.
+    pub model: ModelName,
+    /// Start of the first interval (ISO-8601 UTC in JSON).
+    #[serde(serialize_with = "interval::serialize_iso")]
+    pub from: interval::Millis,
+    /// End of the last interval, exclusive (ISO-8601 UTC in JSON).
+    #[serde(serialize_with = "interval::serialize_iso")]
+    pub to: interval::Millis,
+    /// Grain intervals not recorded.
+    pub intervals: usize,
+}
+
+impl RestatedMeanwhile {
+    /// The line saying so (`t.daily: 2 interval(s) in [from, to) computed but not recorded done: …`).
+    pub fn describe(&self) -> String {
+        format!(
+            "{}: {} interval(s) in [{}, {}) computed but not recorded done: restated meanwhile (an `efmesh restate` committed while their batches ran); the next run or apply recomputes them",
+            self.model,
+            self.intervals,
+            interval::to_iso(self.from),
+            interval::to_iso(self.to)
+        )
+    }
+}
+
+/// Records the grain intervals `done` of the version `snapshot` of `model` done after the engine
+/// committed them, unless its data generation moved from `*seen` (the generation the build read
+/// before its first batch read its inputs, then the one each record moved it to): compare-and-set
+/// in one state transaction ([`StateStore::mark_done_unless_moved`]). Recorded, `*seen` becomes
+/// the new generation and true is returned. Refused (a restatement committed meanwhile), nothing
+/// is written, `*seen` stays (the build's later batches may have read their inputs before the
+/// restatement too, so their records are refused as well), a warning names the model and the
+/// intervals, `report.restated_meanwhile` lists them, and false is returned.
+///
+/// # Errors
+/// The state write fails, or the fence lease was lost.
+fn record_done(
+    state: &dyn StateStore,
+    model: &ModelName,
+    snapshot: &SnapshotRecord,
+    done: &[Interval],
+    seen: &mut i64,
+    report: &mut ApplyReport,
+) -> Result<bool, StateError> {
+    match state.mark_done_unless_moved(&snapshot.name, &snapshot.fingerprint, done, *seen, interval::now_millis())? {
+        DoneMark::Recorded { generation } => {
+            *seen = generation;
+            Ok(true)
+        }
+        DoneMark::Moved { found } => {
+            let from = done.iter().map(|i| i.start).min().unwrap_or_default();
+            let to = done.iter().map(|i| i.end).max().unwrap_or_default();
+            let entry = RestatedMeanwhile { model: model.clone(), from, to, intervals: done.len() };
+            tracing::warn!(model = %model, generation = *seen, found, "{}", entry.describe());
+            match report.restated_meanwhile.last_mut() {
+                // The batches of one model, one after another: one entry.
+                Some(last) if last.model == *model && last.to == from => {
+                    last.to = to;
+                    last.intervals += done.len();
+                }
+                _ => report.restated_meanwhile.push(entry),
+            }
+            Ok(false)
+        }
+    }
 }
 
 /// Why an apply stopped.
@@ -2519,6 +2600,9 @@ enum FlightKind {
         covered: bool,
         clean: bool,
         writes: usize,
+        /// The version's data generation its next ledger write expects ([`record_done`]): read
+        /// before its first batch was handed out, then the one each record moved it to.
+        seen: i64,
     },
 }
 
@@ -2983,13 +3067,17 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                         schedule::Step { statements, checks, batch: Some(b), of: Some((i, n)) }
                     })
                     .collect();
+                // Before any batch reads its inputs: a restatement committed from here on moves
+                // the version's data generation, and the batches' done records are refused then
+                // (SPEC §4 invariant 33).
+                let seen = data_generation(state, &snapshot.name, &snapshot.fingerprint)?;
                 self.flights.insert(
                     item,
                     Flight {
                         started,
                         snapshot,
                         intervals: 0,
-                        what: FlightKind::Batches { batches, grain: t.grain, create_with_first, before, covered, clean: true, writes: 0 },
+                        what: FlightKind::Batches { batches, grain: t.grain, create_with_first, before, covered, clean: true, writes: 0, seen },
                     },
                 );
                 let group = std::time::Duration::from_millis(project.config.engine.batch_commit_ms);
@@ -3092,7 +3180,7 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                     record_pass(state, model, &flight.snapshot.fingerprint, None, before.filter(|_| clean), 1)?;
                 }
             }
-            FlightKind::Batches { batches, grain, create_with_first, clean, writes, .. } => {
+            FlightKind::Batches { batches, grain, create_with_first, clean, writes, seen, .. } => {
                 let snapshot = &flight.snapshot;
                 // The committed batches' intervals (one engine transaction or several), recorded
                 // together in one state transaction after their commit; then the failed batch.
@@ -3116,10 +3204,14 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                         fault::crash_point(|| format!("after-first-batch:{}", model.name));
                         state.put_snapshot(snapshot)?;
                     }
-                    state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &done, IntervalStatus::Done, interval::now_millis())?;
-                    *writes += 1;
-                    self.report.intervals += done.len();
-                    flight.intervals += done.len();
+                    // Test hook: the batches committed, their ledger rows not written yet.
+                    fault::delay_point(&format!("batch-committed:{}", model.name));
+                    // Refused when a restatement committed since the build began: not done then.
+                    if record_done(state, &model.name, snapshot, &done, seen, self.report)? {
+                        *writes += 1;
+                        self.report.intervals += done.len();
+                        flight.intervals += done.len();
+                    }
                 }
                 if let Some((batch, err)) = failure {
                     let _ = state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &batch.split(*grain), IntervalStatus::Failed, interval::now_millis());
@@ -3160,5 +3252,44 @@ mod tests {
         });
         let text = ApplyError::Several(vec![full]).to_string();
         assert!(text.contains("cannot record 30 interval(s) of `m.a` as done") && text.contains("caused by: database or disk is full"), "{text}");
+    }
+
+    /// A build's done records hand the version's data generation on from one to the next; once
+    /// another process moved it (a restatement clearing the range meanwhile), the record is
+    /// refused and so is every later one of the build (its batches may have read before the
+    /// restatement too): nothing recorded, the refused batches of the model reported as one range.
+    #[test]
+    fn a_done_record_after_a_restatement_is_refused_with_every_later_one_of_the_build() {
+        let state = crate::state::SqliteStore::open_in_memory().unwrap();
+        let model = ModelName::parse("t.daily").unwrap();
+        let fp = "ab".repeat(32);
+        let snapshot = SnapshotRecord {
+            name: "t.daily".into(),
+            fingerprint: fp.clone(),
+            fingerprint_version: 1,
+            kind: "incremental_by_time_range".into(),
+            physical: format!("\"_efmesh\".\"t__daily__{fp}\""),
+            canonical: Some("SELECT 1".into()),
+            rendered_sql: "SELECT 1".into(),
+            metadata: json!({}),
+            created_at: "2026-01-01T00:00:00.000Z".into(),
+        };
+        state.put_snapshot(&snapshot).unwrap();
+        let day = 86_400_000;
+        let days = |from: i64, n: i64| (from..from + n).map(|d| Interval::new(d * day, (d + 1) * day)).collect::<Vec<_>>();
+        let mut report = ApplyReport::default();
+        let mut seen = data_generation(&state, "t.daily", &fp).unwrap();
+        assert!(record_done(&state, &model, &snapshot, &days(0, 2), &mut seen, &mut report).unwrap());
+        assert!(record_done(&state, &model, &snapshot, &days(2, 1), &mut seen, &mut report).unwrap());
+        assert_eq!((seen, data_generation(&state, "t.daily", &fp).unwrap()), (2, 2));
+        // The range restated while the next batches run.
+        assert_eq!(state.clear_intervals("t.daily", &fp, 0, 3 * day).unwrap(), 3);
+        assert!(!record_done(&state, &model, &snapshot, &days(3, 1), &mut seen, &mut report).unwrap());
+        assert!(!record_done(&state, &model, &snapshot, &days(4, 2), &mut seen, &mut report).unwrap());
+        assert_eq!(seen, 2);
+        assert!(state.done_intervals("t.daily", &fp).unwrap().is_empty(), "nothing recorded done");
+        assert_eq!(report.restated_meanwhile, vec![RestatedMeanwhile { model: model.clone(), from: 3 * day, to: 6 * day, intervals: 3 }]);
+        let line = report.restated_meanwhile[0].describe();
+        assert!(line.starts_with("t.daily: 3 interval(s) in [1970-01-04T00:00:00.000Z, 1970-01-07T00:00:00.000Z) computed but not recorded done"), "{line}");
     }
 }

@@ -489,6 +489,7 @@ fn apply_json(plan: &Plan, applied: bool, report: Option<&ApplyReport>) -> serde
         "promoted": report.is_some_and(|r| r.promoted),
         "audits": report.map(|r| serde_json::to_value(&r.audits).unwrap_or_default()).unwrap_or_else(|| json!([])),
         "auditsReused": report.map(|r| r.audits_reused.iter().map(ToString::to_string).collect::<Vec<_>>()).unwrap_or_default(),
+        "restatedMeanwhile": report.map(|r| serde_json::to_value(&r.restated_meanwhile).unwrap_or_default()).unwrap_or_else(|| json!([])),
     })
 }
 
@@ -607,6 +608,9 @@ fn cmd_apply(config: &std::path::Path, env: &str, flags: ApplyFlags, options: &p
         if !report.audits_reused.is_empty() {
             let names: Vec<String> = report.audits_reused.iter().map(ToString::to_string).collect();
             built.push_str(&format!("\naudits not run again (passed on the same data): {}", names.join(", ")));
+        }
+        for r in &report.restated_meanwhile {
+            built.push_str(&format!("\n{}", r.describe()));
         }
         out.text(&format!("{built}\n{}environment `{env}` promoted\n", printer::audits_text(&report.audits)))?;
     }

@@ -2,7 +2,13 @@
 //! intervals of a time-range model in a range, and of every time-range descendant reading that
 //! range, for the versions the environment serves, so the next `run` (or `apply`) recomputes
 //! exactly that range; `full` and `view` descendants are rebuilt by the `run` that recomputes
-//! it (they are downstream of what it backfills). Under the environment's lock.
+//! it (they are downstream of what it backfills). Under the environment's lock — that lock
+//! alone, and without opening the engine for writing: an apply or run of another environment
+//! serving a restated version (`run dev` while `prod` restates) may be computing the range
+//! meanwhile. The restatement moves each target's data generation
+//! ([`StateStore::restate_intervals`]), and that run's batches of it, whose done records are a
+//! compare-and-set on the generation ([`StateStore::mark_done_unless_moved`]), are then not
+//! recorded done: the next run recomputes them (SPEC §4 invariant 33).
 
 use super::lock::{Locked, lock_env};
 use super::printer::Printer;

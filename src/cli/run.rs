@@ -85,7 +85,14 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, retries: u32,
         }
         Ok(Ticked::Ran(report, waiting)) => {
             let outcome = if report.built.is_empty() { "nothing-due" } else { "processed" };
-            let detail = (!waiting.is_empty()).then(|| format!("waiting: {}", waiting.iter().map(Waiting::describe).collect::<Vec<_>>().join("; ")));
+            let mut notes = Vec::new();
+            if !waiting.is_empty() {
+                notes.push(format!("waiting: {}", waiting.iter().map(Waiting::describe).collect::<Vec<_>>().join("; ")));
+            }
+            if !report.restated_meanwhile.is_empty() {
+                notes.push(report.restated_meanwhile.iter().map(crate::apply::RestatedMeanwhile::describe).collect::<Vec<_>>().join("; "));
+            }
+            let detail = (!notes.is_empty()).then(|| notes.join("; "));
             record(outcome, report.per_model.clone(), detail);
             BTreeMap::new()
         }
@@ -145,6 +152,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, retries: u32,
                     "processed": processed,
                     "intervals": report.intervals,
                     "autoRestated": report.auto_restated,
+                    "restatedMeanwhile": report.restated_meanwhile,
                     "waiting": waiting,
                 }))?;
             } else {
@@ -170,6 +178,9 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, retries: u32,
                 }
                 for w in &waiting {
                     text.push_str(&format!("  waiting: {}\n", w.describe()));
+                }
+                for r in &report.restated_meanwhile {
+                    text.push_str(&format!("  {}\n", r.describe()));
                 }
                 out.text(&text)?;
             }

@@ -12,7 +12,11 @@
 //! (macros) or JSON values (audit arguments: strings, numbers, booleans, lists, maps). Each
 //! request runs under its own budget (the file budget of the sandbox, with the watchdog); the
 //! interpreter has the sandbox of model files (no clock, no I/O, no randomness), so a request
-//! gives the same answer whichever thread sent it and whenever: loads stay deterministic.
+//! gives the same answer whichever thread sent it and whenever: loads stay deterministic. A
+//! request that changes the state the interpreter answers from (a macro, audit body or signal
+//! writing what outlives its call: checked after each call) is refused, and so is every later
+//! one of the load ([`refuse_after_write`]): nothing is answered from a state the definition
+//! files do not define.
 //!
 //! Every macro call goes through its language's service, also from a model of the same
 //! language (one path, one set of rules). `.sql` audit files are parsed in Rust
@@ -192,6 +196,71 @@ pub fn body_state_written(kind: &str, name: &str, at: &Location, what: &str) -> 
 
 /// The hint of [`state_written`] and [`body_state_written`].
 pub(crate) const STATE_HINT: &str = "compute what the SQL needs from the arguments at each call: the file's variables and tables are shared by every call (keep constants there, never write them)";
+
+/// What poisoned a macro interpreter, for the refusals of later requests ([`not_run`]): `who`
+/// (``macro `@set` ``, ``audit `a` ``, ``signal `s` ``), defined at `at`, wrote `what` — also when
+/// the call then raised an error, which the write's error replaces.
+pub fn write_cause(who: &str, at: &Location, what: &str) -> String {
+    format!("{who} ({at}) wrote state that outlives its call (`{what}`)")
+}
+
+/// The words after its subject ([`not_run`]) that mark a request a poisoned interpreter refused:
+/// a knock-on of another error of the load, listed after the others ([`is_not_run`]).
+const NOT_RUN: &str = "was not run: earlier in this load";
+
+/// The refusal of `who` (``macro `@get` ``) by an interpreter that a write poisoned (`cause`:
+/// [`write_cause`]). After a write the state a macro, audit body or signal would be computed from
+/// is no longer what the macro files define: SQL computed from it would depend on which models
+/// the interpreter served before (thread timing), and would be cached for the next loads. So the
+/// interpreter answers nothing more in that load; the file whose request it refused has a load
+/// error, and is not cached.
+pub fn not_run(who: &str, cause: &str) -> String {
+    format!("{who} {NOT_RUN} {cause}, and nothing more is computed from the macro files' state in this load (that call's error says what to fix)")
+}
+
+/// The hint of [`not_run`].
+pub(crate) const NOT_RUN_HINT: &str = "fix the write named here (its error is at its own call); this file is evaluated again at the next load";
+
+/// Whether load error `message` is a refusal of [`not_run`] (a knock-on of another error).
+pub fn is_not_run(message: &str) -> bool {
+    message.contains(NOT_RUN)
+}
+
+/// Answers `req` with its refusal by an interpreter poisoned by `cause` ([`not_run`]), without
+/// running anything.
+pub fn refuse_after_write(req: Request, cause: &str) {
+    match req {
+        Request::Macro { name, reply, .. } => {
+            let refusal = Failure { message: not_run(&format!("macro `@{name}`"), cause), hint: Some(NOT_RUN_HINT.into()) };
+            let _ = reply.send((Err(refusal), Reached::default()));
+        }
+        Request::Audit { name, location, reply, .. } => {
+            let refusal = LoadError::new(Some(location), None, not_run(&format!("audit `{name}`"), cause)).with_hint(NOT_RUN_HINT);
+            let _ = reply.send((Err(refusal), Reached::default()));
+        }
+        Request::Signal { name, reply, .. } => {
+            let _ = reply.send(SignalMsg::Done(Err(not_run(&format!("signal `{name}`"), cause))));
+        }
+    }
+}
+
+/// The refusal of `who` (``macro `@tag` ``, ``audit `a` ``, ``signal `s` ``), defined at `at`,
+/// whose function reaches `what` (`it`), a function a library call made outside it (the iterator
+/// `string.gmatch` or `pairs` returned) or a coroutine: it keeps state no snapshot can read (how
+/// far it got), so each call could advance it, and a model's SQL would depend on the calls made
+/// before — on the load cache and thread timing. Refused before the call. An empty `what` is
+/// the function `who` was defined with itself (`define_macro("m", it)`). Its hint is
+/// [`HIDDEN_HINT`].
+pub fn hidden_state(who: &str, at: &Location, what: &str) -> String {
+    let (reaches, outside) = if what.is_empty() { ("is".to_string(), "") } else { (format!("reaches `{what}`,"), " outside it") };
+    format!(
+        "{who} ({at}) {reaches} a function made by a library call{outside} (an iterator of `string.gmatch` or `pairs`) or a coroutine: it keeps state efmesh cannot see, so each call could advance it and a model's SQL would depend on the calls made before"
+    )
+}
+
+/// The hint of [`hidden_state`].
+pub(crate) const HIDDEN_HINT: &str =
+    "create the iterator inside the function at each call (`for w in s:gmatch(p) do … end`): keep strings, numbers, tables and your own functions in the file";
 
 /// Characters of a macro's output an error quotes ([`quoted`]).
 pub const QUOTED_CHARS: usize = 200;
@@ -694,5 +763,42 @@ mod tests {
             "macro `@set` (macros/m.lua:3) writes state that outlives the call (`shared.v`): a macro must be a pure function of its arguments"
         );
         assert!(e.hint.is_some_and(|h| h.contains("at each call")));
+    }
+
+    /// A poisoned interpreter answers each kind of request with the refusal naming the write,
+    /// without running anything; the loader lists such refusals after the other errors.
+    #[test]
+    fn a_request_after_a_write_is_refused_naming_the_write() {
+        let cause = write_cause("macro `@set`", &at(), "shared.v");
+        assert_eq!(cause, "macro `@set` (macros/m.lua:3) wrote state that outlives its call (`shared.v`)");
+        let (reply, rx) = channel();
+        refuse_after_write(Request::Macro { name: "get".into(), args: vec![], reply }, &cause);
+        let (out, reads) = rx.recv().unwrap();
+        let refusal = out.unwrap_err();
+        assert!(refusal.message.starts_with(&format!("macro `@get` was not run: earlier in this load {cause}")), "{}", refusal.message);
+        assert!(is_not_run(&refusal.message) && refusal.hint.is_some());
+        assert!(reads.files.is_empty());
+        let (reply, rx) = channel();
+        let location = Location { file: PathBuf::from("models/y.sql"), line: 4 };
+        refuse_after_write(Request::Audit { name: "a".into(), positional: vec![], named: Map::new(), location: location.clone(), reply }, &cause);
+        let e = rx.recv().unwrap().0.unwrap_err();
+        assert_eq!(e.location, Some(location));
+        assert!(e.message.starts_with("audit `a` was not run: earlier in this load macro `@set`") && is_not_run(&e.message), "{}", e.message);
+        let (reply, rx) = channel();
+        refuse_after_write(Request::Signal { name: "s".into(), intervals: vec![], args: Map::new(), reply }, &cause);
+        match rx.recv().unwrap() {
+            SignalMsg::Done(Err(m)) => assert!(m.starts_with("signal `s` was not run") && m.contains(&cause), "{m}"),
+            _ => panic!("a signal's refusal is its verdict"),
+        }
+        assert!(!is_not_run(&state_written("set", &at(), "shared.v").message));
+    }
+
+    #[test]
+    fn a_function_whose_state_cannot_be_seen_is_named() {
+        assert_eq!(
+            hidden_state("macro `@tag`", &at(), "it"),
+            "macro `@tag` (macros/m.lua:3) reaches `it`, a function made by a library call outside it (an iterator of `string.gmatch` or `pairs`) or a coroutine: it keeps state efmesh cannot see, so each call could advance it and a model's SQL would depend on the calls made before"
+        );
+        assert!(hidden_state("macro `@tag`", &at(), "").starts_with("macro `@tag` (macros/m.lua:3) is a function made by a library call (an iterator"));
     }
 }

@@ -526,7 +526,8 @@ fn finish(
             later.location == first.location && later.model == first.model && later.message.lines().next() == first.message.lines().next()
         });
         // A file failing only because a module it requires failed comes after that module's own
-        // error (which says what to fix), without its traceback.
+        // error (which says what to fix), without its traceback; so does a request the macro
+        // interpreter refused after a write (the write's error says what to fix).
         let own: BTreeSet<PathBuf> = errors.iter().filter_map(|e| e.location.as_ref().map(|l| l.file.clone())).collect();
         let knock_on = |e: &LoadError| failed_module(&e.message).is_some_and(|m| own.contains(Path::new(m)));
         for e in errors.iter_mut().filter(|e| knock_on(e)) {
@@ -534,7 +535,7 @@ fn finish(
                 e.message.truncate(at);
             }
         }
-        errors.sort_by_key(|e| knock_on(e));
+        errors.sort_by_key(|e| knock_on(e) || super::foreign::is_not_run(&e.message));
         return Err(LoadErrors(errors));
     }
     super::builder::expand_all_cols(&mut models);

@@ -63,6 +63,7 @@ const GUARDS: &str = include_str!("../../stdlib/lua/guards.lua");
 const SAFE_BASE: &str = r#"
 local charge, plain = ...
 local raw_setmetatable, raw_getmetatable, next, type, error, tostring, sort, rawget = setmetatable, getmetatable, next, type, error, tostring, table.sort, rawget
+local rawequal = rawequal
 local raw_pcall, raw_xpcall = pcall, xpcall
 local safe = {}
 -- A spent budget cannot be caught: after a protected call returns, `charge(0)` raises the budget
@@ -145,11 +146,15 @@ function safe.pairs(t)
     if k ~= nil then return k, t[k] end
   end, t, nil
 end
--- `next` walks the same order. `next(t)` finds the first key by one scan (an emptiness test, or
--- a loop taking the first key, stays linear); `next(t, k)` keeps the table's sorted keys from
--- the walk's previous step, and sorts them again when `k` is not among them (the walk started
--- anew, or a key was added): a key cleared during the walk, `k` included, is skipped, as Lua
--- allows.
+-- `next` walks the same order: `next(t, k)` is the key after `k` in the sorted order of the keys
+-- `t` holds. `next(t)` finds the first key by one scan (an emptiness test, or a loop taking the
+-- first key, stays linear). A walk — each `next(t, k)` from the key the previous one returned —
+-- sorts the keys once, at its first step from a key, and goes on along them: a key cleared during
+-- the walk, `k` included, is skipped, as Lua allows (and one added during it may be, as Lua
+-- leaves undefined). Any other `next(t, k)` sorts the keys `t` holds now: what an earlier walk
+-- sorted is never reused after the table may have changed. `forget` drops every walk: the host
+-- calls it before each file it evaluates and each macro, audit body or signal it runs, so no walk
+-- outlives a call (the macro interpreter's state check does not look inside these functions).
 local orders = raw_setmetatable({}, { __mode = "k" })
 function safe.next(t, k)
   if type(t) ~= "table" then return next(t, k) end
@@ -176,33 +181,44 @@ function safe.next(t, k)
     return best, rawget(t, best)
   end
   local o = orders[t]
-  local i = o and o.at[k]
-  if i == nil then
+  local i
+  if o ~= nil and rawequal(o.last, k) then
+    -- The walk goes on from the key it returned last.
+    i = o.at
+  else
     local keys, n = sorted_keys(t, "next")
-    local at = {}
-    for j = 1, n do at[keys[j]] = j end
-    o = { keys = keys, at = at }
+    o = { keys = keys }
     orders[t] = o
-    i = at[k]
-    if i == nil then
-      -- `k` was cleared: the walk goes on after where it sorts.
-      local lo, hi = 1, n
-      while lo <= hi do
-        local mid = (lo + hi) // 2
-        if before(keys[mid], k) then lo = mid + 1 else hi = mid - 1 end
-      end
-      i = lo - 1
+    -- The first position whose key does not sort before `k`: `k` itself, or (`k` was cleared)
+    -- the key after where it sorts.
+    local lo, hi = 1, n
+    while lo <= hi do
+      local mid = (lo + hi) // 2
+      if before(keys[mid], k) then lo = mid + 1 else hi = mid - 1 end
     end
+    i = lo - 1
+    if lo <= n and rawequal(keys[lo], k) then i = lo end
   end
+  local keys = o.keys
   while true do
     i = i + 1
-    local key = o.keys[i]
-    if key == nil then return nil end
+    local key = keys[i]
+    if key == nil then
+      orders[t] = nil
+      return nil
+    end
     local v = rawget(t, key)
-    if v ~= nil then return key, v end
+    if v ~= nil then
+      o.last, o.at = key, i
+      return key, v
+    end
   end
 end
-return safe
+-- Drops every walk of `next` (see above).
+local function forget()
+  for t in next, orders do orders[t] = nil end
+end
+return safe, forget
 "#;
 
 /// Every embedded Lua source the host evaluates (the load cache's key covers them).
@@ -439,6 +455,10 @@ pub struct LuaHost {
     env_factory: Function,
     /// The check that macros keep no state ([`frozen`]): in the macro interpreter ([`serve`]) only.
     frozen: Option<frozen::Frozen>,
+    /// Drops the walks of the safe `next` (`forget` of [`SAFE_BASE`]; [`LuaHost::forget_walks`]
+    /// calls it before each top-level file and each served call), so no walk, whose sorted keys
+    /// the state check does not see, outlives one.
+    walks_reset: Function,
 }
 
 fn rt(msg: impl Into<String>) -> mlua::Error {
@@ -844,7 +864,7 @@ impl LuaHost {
         ] {
             proto.set(name, g.get::<Value>(name)?)?;
         }
-        let safe: Table = lua.load(SAFE_BASE).set_name("=efmesh/safe.lua").call((charge, plain))?;
+        let (safe, forget_walks): (Table, Function) = lua.load(SAFE_BASE).set_name("=efmesh/safe.lua").call((charge, plain))?;
         for pair in safe.pairs::<Value, Value>() {
             let (k, v) = pair?;
             proto.set(k, v)?;
@@ -853,7 +873,7 @@ impl LuaHost {
         proto.set("kind", prelude.get::<Value>("kind")?)?;
         let placeholder = lua.create_function(|_, ()| Ok(()))?;
         let frozen = debug.as_ref().map(|d| frozen::Frozen::new(&lua, d)).transpose()?;
-        let mut host = Self { lua, state, proto, env_factory: placeholder, frozen };
+        let mut host = Self { lua, state, proto, env_factory: placeholder, frozen, walks_reset: forget_walks };
         host.install_api()?;
         audits::install(&host.lua, &host.proto, &host.state)?;
         let require = require_fn(&host.lua, host.state.clone())?;
@@ -861,6 +881,21 @@ impl LuaHost {
         host.ensure_loader()?;
         let env = make_environment(&host.env_factory)?;
         host.lua.load(audits::BUILTINS).set_name("=efmesh/audits.lua").set_mode(mlua::chunk::ChunkMode::Text).set_environment(env).exec()?;
+        // What every file's environment holds, and the built-in audits' bodies, are efmesh's
+        // own: the state check does not follow them ([`frozen::Frozen::know`]).
+        if let Some(frozen) = &host.frozen {
+            frozen.know(&make_environment(&host.env_factory)?)?;
+            let builtins = host.lua.create_table()?;
+            {
+                let s = host.state.borrow();
+                for def in s.audits.defs() {
+                    if let Some((_, body)) = s.audits.get(&def.name) {
+                        builtins.raw_push(body)?;
+                    }
+                }
+            }
+            frozen.know(&builtins)?;
+        }
         Ok(host)
     }
 
@@ -1278,6 +1313,8 @@ impl LuaHost {
     /// top-level file (see [`LuaHost::keep_modules`]). Errors are recorded, never returned;
     /// the outcome says whether there were any.
     pub fn load_file(&mut self, rel: &Path) -> FileOutcome {
+        // No walk of `next` a file started goes on in the next one.
+        self.forget_walks();
         let (models_before, errors_before) = {
             let mut s = self.state.borrow_mut();
             if !s.testing {
@@ -1433,12 +1470,23 @@ impl LuaHost {
         self.with_budget_of(label, FILE_BUDGET, f)
     }
 
-    /// [`LuaHost::with_budget`] with another wall-clock budget.
+    /// [`LuaHost::with_budget`] with another wall-clock budget. No walk of `next` started before
+    /// goes on in `f` ([`LuaHost::forget_walks`]).
     fn with_budget_of<T>(&self, label: &Path, budget: Duration, f: impl FnOnce() -> T) -> T {
+        self.forget_walks();
         self.state.borrow_mut().budget = Some(Budget::new(label, budget));
         let out = f();
         self.state.borrow_mut().budget = None;
         out
+    }
+
+    /// Drops every walk of the safe `next` (`forget` of [`SAFE_BASE`]): a call or file
+    /// evaluated next starts from no sorted keys, whatever the one before walked.
+    fn forget_walks(&self) {
+        // Clearing a table's fields allocates nothing: it cannot fail but for a bug.
+        if let Err(e) = self.walks_reset.call::<()>(()) {
+            tracing::warn!("cannot reset the walks of `next`: {e}");
+        }
     }
 
     /// Runs macro `name` with `args` (strings).
@@ -1457,26 +1505,32 @@ impl LuaHost {
         for a in &args {
             values.push_back(Value::String(self.lua.create_string(a).map_err(|e| Failure::new(e.to_string()))?));
         }
-        // What the macro reaches, before its first call (again after the state changed).
+        // What the macro reaches, before its first call: a function whose state no snapshot can
+        // read (an iterator made outside it) is refused before the call.
+        let who = format!("macro `@{name}`");
         if let Some(frozen) = &self.frozen {
-            frozen
+            let hidden = frozen
                 .before(name, &f, || self.kept_modules())
-                .map_err(|e| Failure::new(format!("macro `@{name}` ({at}): cannot take the snapshot of the state it reaches: {e}")))?;
+                .map_err(|e| Failure::new(format!("{who} ({at}): cannot take the snapshot of the state it reaches: {e}")))?;
+            if let Some(what) = hidden {
+                return Err(Failure { message: super::foreign::hidden_state(&who, &at, &what), hint: Some(super::foreign::HIDDEN_HINT.into()) });
+            }
         }
         self.state.borrow_mut().in_macro = true;
         let out = self.with_budget(&at.file, || call_plain::<MultiValue>(&self.lua, &f, values));
         self.state.borrow_mut().in_macro = false;
-        let written = match &self.frozen {
-            Some(frozen) => frozen.after(name).map_err(|e| Failure::new(format!("macro `@{name}` ({at}): cannot compare the state it reaches: {e}")))?,
-            None => None,
-        };
+        // Compared whether the call returned or raised: a write followed by an error is the
+        // write (which poisons the interpreter: no later request is answered from that state).
+        if let Some(frozen) = &self.frozen {
+            let written = frozen.after(name, &who, &at).map_err(|e| Failure::new(format!("{who} ({at}): cannot compare the state it reaches: {e}")))?;
+            if let Some(what) = written {
+                return Err(super::foreign::state_written(name, &at, &what));
+            }
+        }
         let mut values = match out {
             Ok(values) => values,
-            Err(e) => return Err(Failure::new(format!("macro `@{name}` ({at}) failed: {}", audits::lua_message(&e)))),
+            Err(e) => return Err(Failure::new(format!("{who} ({at}) failed: {}", audits::lua_message(&e)))),
         };
-        if let Some(what) = written {
-            return Err(super::foreign::state_written(name, &at, &what));
-        }
         // `return sql, extra`: the extra values would be dropped silently.
         if values.len() > 1 {
             return Err(Failure::new(format!("macro `@{name}` ({at}) returned {} values: a macro returns one string of SQL", values.len())));
@@ -1574,17 +1628,20 @@ impl LuaHost {
         // In the macro interpreter a signal reaches what its file's macros do: checked as they
         // are ([`frozen`]), or a macro would read what the signal left there.
         let key = format!("signal {name}");
+        let who = format!("signal `{name}`");
         if let Some(frozen) = &self.frozen {
-            frozen.before(&key, &f, || self.kept_modules()).map_err(|e| fail(format!("cannot take the snapshot of the state it reaches: {e}")))?;
+            let hidden = frozen.before(&key, &f, || self.kept_modules()).map_err(|e| fail(format!("cannot take the snapshot of the state it reaches: {e}")))?;
+            if let Some(what) = hidden {
+                return Err(super::foreign::hidden_state(&who, &at, &what));
+            }
         }
         let out = self.with_budget_of(&at.file, super::foreign::SIGNAL_BUDGET, || call_plain::<Value>(lua, &f, (list, args, db)));
-        // A write is refused even when the signal failed: its error may be only reported.
-        let written = match &self.frozen {
-            Some(frozen) => frozen.after(&key).map_err(|e| fail(format!("cannot compare the state it reaches: {e}")))?,
-            None => None,
-        };
-        if let Some(what) = written {
-            return Err(super::foreign::body_state_written("signal", name, &at, &what));
+        // A write is refused even when the signal failed (and poisons the interpreter).
+        if let Some(frozen) = &self.frozen {
+            let written = frozen.after(&key, &who, &at).map_err(|e| fail(format!("cannot compare the state it reaches: {e}")))?;
+            if let Some(what) = written {
+                return Err(super::foreign::body_state_written("signal", name, &at, &what));
+            }
         }
         match out {
             Ok(v) => {
@@ -1611,15 +1668,19 @@ impl LuaHost {
         // are ([`frozen`]), or a macro would read what a use of the audit left there.
         let at = &def.location;
         let key = format!("audit {name}");
-        let failed = |m: String| LoadError::new(Some(location.clone()), None, format!("audit `{name}` ({at}): {m}"));
-        frozen.before(&key, &body, || self.kept_modules()).map_err(|e| failed(format!("cannot take the snapshot of the state it reaches: {e}")))?;
+        let who = format!("audit `{name}`");
+        let failed = |m: String| LoadError::new(Some(location.clone()), None, format!("{who} ({at}): {m}"));
+        let hidden =
+            frozen.before(&key, &body, || self.kept_modules()).map_err(|e| failed(format!("cannot take the snapshot of the state it reaches: {e}")))?;
+        if let Some(what) = hidden {
+            let message = super::foreign::hidden_state(&who, at, &what);
+            return Err(LoadError::new(Some(location.clone()), None, message).with_hint(super::foreign::HIDDEN_HINT));
+        }
         let out = self.with_budget(&location.file, || audits::render(&self.lua, &self.state, &def, &body, positional, named, location));
-        let written = frozen.after(&key).map_err(|e| failed(format!("cannot compare the state it reaches: {e}")))?;
-        // A body refused already (its answers differ: [`super::audits::finish_pure`]) keeps
-        // that error, which shows both answers.
-        if let Some(what) = written
-            && out.is_ok()
-        {
+        // Compared whether the body's calls returned, raised or answered otherwise (refused by
+        // [`super::audits::finish_pure`]): a write is the error, and poisons the interpreter.
+        let written = frozen.after(&key, &who, at).map_err(|e| failed(format!("cannot compare the state it reaches: {e}")))?;
+        if let Some(what) = written {
             let message = super::foreign::body_state_written("audit", name, at, &what);
             return Err(LoadError::new(Some(location.clone()), None, message).with_hint(super::foreign::STATE_HINT));
         }
@@ -1669,6 +1730,12 @@ pub(crate) fn serve(
     // Macros checked for state kept between calls (their first call, twice).
     let mut checked: std::collections::HashSet<String> = std::collections::HashSet::new();
     while let Ok(req) = rx.recv() {
+        // After a write (by a macro, an audit body or a signal) the state is no longer what the
+        // files define: nothing more is answered from it in this load ([`frozen`]).
+        if let Some(cause) = host.frozen.as_ref().and_then(frozen::Frozen::poisoned) {
+            super::foreign::refuse_after_write(req, &cause);
+            continue;
+        }
         host.forget_unkept_modules();
         match req {
             Request::Signal { name, intervals, args, reply } => {

@@ -188,6 +188,10 @@ struct State {
     /// called since the state last changed had captured, before its first call ([`captured`]):
     /// compared after each call.
     captured: HashMap<String, Vec<String>>,
+    /// In a [`serve`]d interpreter, the first write a call made to what it captured
+    /// ([`super::foreign::write_cause`]): the state is no longer what the macro files define,
+    /// so every later request of the load is refused ([`super::foreign::refuse_after_write`]).
+    poisoned: Option<String>,
     /// The file defining the audit body, macro or signal running: efmesh calls their closure
     /// with no source, so an error of a host function inside it is placed in this file
     /// ([`refuse_fn_ptr_text`]). `None` outside such a call.
@@ -501,14 +505,24 @@ pub(crate) fn serve(
     // Macros checked for state kept between calls (their first call, twice).
     let checked: RefCell<std::collections::HashSet<String>> = RefCell::new(std::collections::HashSet::new());
     while let Ok(req) = rx.recv() {
+        // After a write (by a macro, an audit body or a signal) the state is no longer what the
+        // files define: nothing more is answered from it in this load ([`written`]).
+        let poisoned = refs.state.borrow().poisoned.clone();
+        if let Some(cause) = poisoned {
+            super::foreign::refuse_after_write(req, &cause);
+            continue;
+        }
+        // Whether the request wrote what it captured: then its answer is that write, not an
+        // error a host function recorded meanwhile.
+        let wrote = || refs.state.borrow().poisoned.is_some();
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match req {
             // A host function's error recorded while the request ran (a closure converted to
             // text, [`refuse_fn_ptr_text`]) is its answer: no file evaluation here reports it.
             Request::Signal { name, intervals, args, reply } => {
                 let verdict = call_signal(&engine, &refs, &name, &intervals, &args, &reply);
                 let verdict = match recorded_error(&refs) {
-                    Some(e) => Err(format!("signal `{name}` failed: {}", located(&e))),
-                    None => verdict,
+                    Some(e) if !wrote() => Err(format!("signal `{name}` failed: {}", located(&e))),
+                    _ => verdict,
                 };
                 let _ = reply.send(super::foreign::SignalMsg::Done(verdict));
             }
@@ -521,8 +535,8 @@ pub(crate) fn serve(
                     call_macro(&engine, &refs, &name, args)
                 };
                 let out = match recorded_error(&refs) {
-                    Some(e) => Err(super::macros::Failure { message: format!("macro `@{name}` failed: {}", located(&e)), hint: e.hint }),
-                    None => out,
+                    Some(e) if !wrote() => Err(super::macros::Failure { message: format!("macro `@{name}` failed: {}", located(&e)), hint: e.hint }),
+                    _ => out,
                 };
                 let _ = reply.send((out, call_reads(&refs)));
             }
@@ -533,25 +547,27 @@ pub(crate) fn serve(
                     // The body captures what its file's macros do: checked as they are
                     // ([`note_captured`]), or a macro would read what a use of it left there.
                     let key = format!("audit {name}");
+                    let who = format!("audit `{name}`");
                     note_captured(&refs, &key, &body.0);
                     let out = with_budget(&refs, &location.file, || audits::render(&engine, &refs.state, &def, &body, positional, named, &location));
-                    // A body refused already (its answers differ) keeps that error.
-                    match written(&refs, &key, &body.0, &body.1) {
-                        Some(what) if out.is_ok() => {
+                    // Compared whether the body's calls returned, raised or answered otherwise
+                    // (refused as impure): a write is the error, and poisons the interpreter.
+                    match written(&refs, &key, &who, &def.location, &body.0, &body.1) {
+                        Some(what) => {
                             let message = super::foreign::body_state_written("audit", &name, &def.location, &what);
                             Err(LoadError::new(Some(location.clone()), None, message).with_hint(super::foreign::STATE_HINT))
                         }
-                        _ => out,
+                        None => out,
                     }
                 });
                 refs.state.borrow_mut().uncaught = None;
                 let out = match recorded_error(&refs) {
-                    Some(e) => {
+                    Some(e) if !wrote() => {
                         let mut refused = LoadError::new(Some(location.clone()), None, format!("audit `{name}` failed to render its SQL: {}", located(&e)));
                         refused.hint = e.hint;
                         Err(refused)
                     }
-                    None => out,
+                    _ => out,
                 };
                 let _ = reply.send((out, call_reads(&refs)));
             }
@@ -665,8 +681,8 @@ fn call_signal(
     s.uncaught = None;
     s.body_file = outer;
     drop(s);
-    // A write is refused even when the signal failed: its error may be only reported.
-    if let Some(what) = written(refs, &key, &f, &ast) {
+    // A write is refused even when the signal failed (and poisons the interpreter).
+    if let Some(what) = written(refs, &key, &format!("signal `{name}`"), &at, &f, &ast) {
         return Err(super::foreign::body_state_written("signal", name, &at, &what));
     }
     let fail = |m: String| format!("signal `{name}` ({at}) {m}");
@@ -713,9 +729,9 @@ fn call_macro(engine: &Engine, refs: &Refs, name: &str, args: Vec<String>) -> Re
         s.in_macro = false;
         s.body_file = outer;
     }
-    if let Some(what) = written(refs, name, &f, &ast)
-        && out.is_ok()
-    {
+    // Compared whether the call returned or raised: a write followed by an error is the write
+    // (which poisons the interpreter: no later request is answered from that state).
+    if let Some(what) = written(refs, name, &format!("macro `@{name}`"), &at, &f, &ast) {
         return Err(super::foreign::state_written(name, &at, &what));
     }
     match out {
@@ -753,10 +769,12 @@ fn note_captured(refs: &Refs, key: &str, f: &FnPtr) {
     }
 }
 
-/// After a call of macro `name` (closure `f` of `ast`): the first variable it captured whose
-/// value is not what it was before its first call ([`captured`]), if any; then every other
-/// macro's record is dropped too (the state they describe is gone).
-fn written(refs: &Refs, name: &str, f: &FnPtr, ast: &::rhai::AST) -> Option<String> {
+/// After a call of macro `name` (closure `f` of `ast`; `audit <name>`, `signal <name>` for the
+/// others), whatever it returned or raised: the first variable it captured whose value is not
+/// what it was before its first call ([`captured`]), if any. A write poisons the interpreter
+/// (naming `who` — ``macro `@set` `` —, defined at `at`, and the variable: every later request of
+/// the load is refused, [`serve`]) and drops every other record (the state they describe is gone).
+fn written(refs: &Refs, name: &str, who: &str, at: &Location, f: &FnPtr, ast: &::rhai::AST) -> Option<String> {
     if f.curry().is_empty() {
         return None;
     }
@@ -766,7 +784,11 @@ fn written(refs: &Refs, name: &str, f: &FnPtr, ast: &::rhai::AST) -> Option<Stri
     s.captured.clear();
     // A closure's captured variables are the first parameters of its function.
     let variable = ast.iter_functions().find(|m| m.name == f.fn_name()).and_then(|m| m.params.get(i).map(|p| p.to_string()));
-    Some(variable.unwrap_or_else(|| format!("captured variable {}", i + 1)))
+    let variable = variable.unwrap_or_else(|| format!("captured variable {}", i + 1));
+    if s.poisoned.is_none() {
+        s.poisoned = Some(super::foreign::write_cause(who, at, &variable));
+    }
+    Some(variable)
 }
 
 /// A runtime error raised by a host function; Rhai fills in the call position.

@@ -355,6 +355,23 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// The write fails (none is recorded), or the fence lease was lost.
     fn mark_intervals(&self, name: &str, fp: &str, intervals: &[Interval], status: IntervalStatus, now: Millis) -> Result<(), StateError>;
 
+    /// Records the batches' `intervals` of `(name, fp)` done after the engine committed them,
+    /// compare-and-set: in ONE transaction, checks that the version's data generation
+    /// ([`DataVersion::generation`]) is still `seen` — the one its build read before any of its
+    /// batches read their inputs, or the one its previous record returned — and only then
+    /// writes them as [`StateStore::mark_intervals`] does with [`IntervalStatus::Done`] (the
+    /// generation moves by one, for its sharers too). When it moved, nothing is written
+    /// ([`DoneMark::Moved`]): a restatement committed while the batches ran
+    /// ([`StateStore::restate_intervals`], of another environment serving the version), so they
+    /// may hold rows read before it; they stay not done, and the next apply or run computes them
+    /// (SPEC §4 invariant 33). One process writes a version's table at a time (the engine's
+    /// writer lock), so between two records of one build nothing else moves the generation. An
+    /// empty `intervals` writes nothing ([`DoneMark::Recorded`] at `seen`).
+    ///
+    /// # Errors
+    /// The read or write fails (none is recorded), or the fence lease was lost.
+    fn mark_done_unless_moved(&self, name: &str, fp: &str, intervals: &[Interval], seen: i64, now: Millis) -> Result<DoneMark, StateError>;
+
     /// Records every done interval of `(name, from)` as done for `(name, to)` too, each with the
     /// time it was written (`from`'s row's, not now: a version inheriting a table by indirect
     /// reuse or a forward-only change did not write those intervals, and
@@ -582,6 +599,11 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// Restatement: in one transaction, checks that `env` still points at every target's
     /// version and deletes the done intervals of each target whose start lies in its range, so
     /// the next apply or run recomputes them. Returns how many were cleared per target, in order.
+    /// Each target's data generation moves when intervals were cleared (its sharers' too), and
+    /// also when none were while an apply or run of another environment relies on the version
+    /// (its intents, [`StateStore::record_intents`]): a batch of it under way may have read the
+    /// rows as they were before, and its done record is then refused
+    /// ([`StateStore::mark_done_unless_moved`]), so the range is recomputed whatever was in flight.
     ///
     /// # Errors
     /// [`StateError::PointerMoved`] when `env` serves another version of a target (nothing is
@@ -805,9 +827,28 @@ pub struct DataWrite {
     pub marked: Vec<(String, String, i64)>,
 }
 
+/// What [`StateStore::mark_done_unless_moved`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DoneMark {
+    /// The intervals are recorded done.
+    Recorded {
+        /// The version's data generation after the record: what the build's next record
+        /// expects.
+        generation: i64,
+    },
+    /// Nothing was written: the version's data generation moved since the build saw it (a
+    /// restatement committed while its batches ran). The intervals stay not done.
+    Moved {
+        /// The data generation found.
+        found: i64,
+    },
+}
+
 /// One version's data generation ([`StateStore::data_versions`]): bumped by every transaction
 /// that changes the version's data (intervals done, done intervals cleared or reset, a build,
-/// an upsert or reconciliation).
+/// an upsert or reconciliation), and by a restatement that clears none of its intervals while
+/// another environment's apply or run relies on it ([`StateStore::restate_intervals`]: batches
+/// under way then are not recorded done).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DataVersion {
     /// How many times its data changed.

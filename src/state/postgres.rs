@@ -26,9 +26,9 @@
 //!   transaction, so a failure leaves the store as it was).
 
 use super::{
-    AuditPass, Claim, Condemned, DataVersion, DataWrite, Intent, IntervalStatus, JanitorInventory, JournalEntry, LeaseClaim, LeaseHolder, LeaseRecord,
-    LedgerStats, Migration, MigrationReport, PendingPromotion, PendingRebuild, RestateTarget, STATE_VERSION, SnapshotRecord, StateError, StateStore, Tick,
-    VersionRow,
+    AuditPass, Claim, Condemned, DataVersion, DataWrite, DoneMark, Intent, IntervalStatus, JanitorInventory, JournalEntry, LeaseClaim, LeaseHolder,
+    LeaseRecord, LedgerStats, Migration, MigrationReport, PendingPromotion, PendingRebuild, RestateTarget, STATE_VERSION, SnapshotRecord, StateError,
+    StateStore, Tick, VersionRow,
 };
 use crate::core::interval::{Interval, Millis, parse_instant, to_iso};
 use postgres::types::ToSql;
@@ -756,16 +756,44 @@ impl StateStore for PostgresStore {
                         changed = n > 0;
                     }
                     // One statement for the whole batch; a start given twice keeps its last end.
-                    tx.execute(
-                        "INSERT INTO intervals (name, fingerprint, start_ts, end_ts, status, updated_at) \
-                         SELECT DISTINCT ON (s) $1, $2, s, e, $5, $6 FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS t(s, e, i) ORDER BY s, i DESC \
-                         ON CONFLICT (name, fingerprint, start_ts) DO UPDATE SET end_ts = excluded.end_ts, status = excluded.status, updated_at = excluded.updated_at",
-                        &[&name, &fp, &starts, &ends, &status.as_str(), &now],
-                    )?;
+                    tx.execute(UPSERT_INTERVALS_SQL, &[&name, &fp, &starts, &ends, &status.as_str(), &now])?;
                     if changed {
                         bump_data_generation(tx, name, fp, &now)?;
                     }
                     Ok(())
+                })
+            },
+        )
+    }
+
+    /// As SQLite's: under the store's write lock (the `meta` row, taken first by every data
+    /// write, a restatement's too), the version's data generation is read (READ COMMITTED: every
+    /// write committed before the lock was taken is seen) and compared with `seen`; the rows, the
+    /// bump and the store's generation are written only when they are equal.
+    fn mark_done_unless_moved(&self, name: &str, fp: &str, intervals: &[Interval], seen: i64, now: Millis) -> Result<DoneMark, StateError> {
+        if intervals.is_empty() {
+            return Ok(DoneMark::Recorded { generation: seen });
+        }
+        self.run(
+            || format!("record {} interval(s) of `{name}` `{fp}` as done", intervals.len()),
+            || {
+                // The store's generation moves only with the record: a refusal writes nothing.
+                self.write_tx(false, |tx| {
+                    let found: Option<i64> = tx
+                        .query_opt("SELECT generation FROM data_versions WHERE name = $1 AND fingerprint = $2", &[&name, &fp])?
+                        .map(|r| r.try_get(0))
+                        .transpose()?;
+                    let found = found.unwrap_or(0);
+                    if found != seen {
+                        return Ok(DoneMark::Moved { found });
+                    }
+                    let now = to_iso(now);
+                    let starts: Vec<String> = intervals.iter().map(|iv| to_iso(iv.start)).collect();
+                    let ends: Vec<String> = intervals.iter().map(|iv| to_iso(iv.end)).collect();
+                    tx.execute(UPSERT_INTERVALS_SQL, &[&name, &fp, &starts, &ends, &IntervalStatus::Done.as_str(), &now])?;
+                    bump_data_generation(tx, name, fp, &now)?;
+                    tx.execute("UPDATE meta SET generation = generation + 1", &[])?;
+                    Ok(DoneMark::Recorded { generation: seen + 1 })
                 })
             },
         )
@@ -1291,6 +1319,13 @@ impl StateStore for PostgresStore {
                         )?;
                         if n > 0 {
                             bump_data_generation(tx, &t.name, &t.fingerprint, &to_iso(crate::core::interval::now_millis()))?;
+                        } else if tx
+                            .query_opt("SELECT 1 FROM intents WHERE name = $1 AND fingerprint = $2 AND env <> $3 LIMIT 1", &[&t.name, &t.fingerprint, &env])?
+                            .is_some()
+                        {
+                            // As SQLite's: a batch of the range may be under way in another
+                            // environment's apply or run; its done record is then refused.
+                            bump_own_generation(tx, &t.name, &t.fingerprint, &to_iso(crate::core::interval::now_millis()))?;
                         }
                         cleared.push(n as usize);
                     }
@@ -1694,6 +1729,13 @@ fn insert_snapshot(tx: &mut Transaction<'_>, rec: &SnapshotRecord) -> Result<(),
     )?;
     Ok(())
 }
+
+/// Records the ledger rows `($1 name, $2 fingerprint, $3 starts, $4 ends, $5 status, $6 at)` in
+/// one statement, as SQLite's one row at a time: a row with the same start is replaced; a start
+/// given twice keeps its last end.
+const UPSERT_INTERVALS_SQL: &str = "INSERT INTO intervals (name, fingerprint, start_ts, end_ts, status, updated_at) \
+     SELECT DISTINCT ON (s) $1, $2, s, e, $5, $6 FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS t(s, e, i) ORDER BY s, i DESC \
+     ON CONFLICT (name, fingerprint, start_ts) DO UPDATE SET end_ts = excluded.end_ts, status = excluded.status, updated_at = excluded.updated_at";
 
 /// Bumps the data generation of `(name, fp)` and of every other version on its table, as SQLite.
 fn bump_data_generation(tx: &mut Transaction<'_>, name: &str, fp: &str, at: &str) -> Result<(), Fault> {

@@ -7,8 +7,8 @@
 //! handle's lease when one is set ([`StateStore::set_fence`]).
 
 use super::{
-    AuditPass, Claim, Condemned, DataVersion, DataWrite, Intent, IntervalStatus, JanitorInventory, JournalEntry, LeaseClaim, LeaseHolder, LeaseRecord,
-    LedgerStats, PendingPromotion, PendingRebuild, RestateTarget, STATE_VERSION, SnapshotRecord, StateError, StateStore, Tick, VersionRow,
+    AuditPass, Claim, Condemned, DataVersion, DataWrite, DoneMark, Intent, IntervalStatus, JanitorInventory, JournalEntry, LeaseClaim, LeaseHolder,
+    LeaseRecord, LedgerStats, PendingPromotion, PendingRebuild, RestateTarget, STATE_VERSION, SnapshotRecord, StateError, StateStore, Tick, VersionRow,
 };
 use crate::core::interval::{Interval, Millis, parse_instant, to_iso};
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
@@ -1240,12 +1240,7 @@ impl StateStore for SqliteStore {
             || format!("record {} interval(s) of `{name}` `{fp}` as {}", intervals.len(), status.as_str()),
             || {
                 self.write(|tx| {
-                    let mut stmt = tx.prepare_cached(
-                        "INSERT INTO intervals (name, fingerprint, start_ts, end_ts, status, updated_at) \
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
-                         ON CONFLICT (name, fingerprint, start_ts) DO UPDATE SET \
-                         end_ts = excluded.end_ts, status = excluded.status, updated_at = excluded.updated_at",
-                    )?;
+                    let mut stmt = tx.prepare_cached(UPSERT_INTERVAL_SQL)?;
                     let now = to_iso(now);
                     // The data a child reads changes when intervals are done, or when done ones
                     // are marked failed (a ledger reset: their rows are gone); a failed batch
@@ -1265,6 +1260,39 @@ impl StateStore for SqliteStore {
                         bump_data_generation(tx, name, fp, &now)?;
                     }
                     Ok(())
+                })
+            },
+        )
+    }
+
+    /// [`StateStore::mark_done_unless_moved`]: under the write lock (`BEGIN IMMEDIATE`), the
+    /// version's data generation is read and compared with `seen`; the rows, the bump and the
+    /// store's generation are written only when they are equal, in the same transaction.
+    fn mark_done_unless_moved(&self, name: &str, fp: &str, intervals: &[Interval], seen: i64, now: Millis) -> Result<DoneMark, StateError> {
+        if intervals.is_empty() {
+            return Ok(DoneMark::Recorded { generation: seen });
+        }
+        self.run(
+            || format!("record {} interval(s) of `{name}` `{fp}` as done", intervals.len()),
+            || {
+                // The store's generation moves only with the record: a refusal writes nothing.
+                self.write_tx(false, |tx| {
+                    let found: Option<i64> = tx
+                        .prepare_cached("SELECT generation FROM data_versions WHERE name = ?1 AND fingerprint = ?2")?
+                        .query_row(params![name, fp], |r| r.get(0))
+                        .optional()?;
+                    let found = found.unwrap_or(0);
+                    if found != seen {
+                        return Ok(DoneMark::Moved { found });
+                    }
+                    let now = to_iso(now);
+                    let mut stmt = tx.prepare_cached(UPSERT_INTERVAL_SQL)?;
+                    for iv in intervals {
+                        stmt.execute(params![name, fp, to_iso(iv.start), to_iso(iv.end), IntervalStatus::Done.as_str(), now])?;
+                    }
+                    bump_data_generation(tx, name, fp, &now)?;
+                    tx.prepare_cached("UPDATE meta SET generation = generation + 1")?.execute([])?;
+                    Ok(DoneMark::Recorded { generation: seen + 1 })
                 })
             },
         )
@@ -2031,6 +2059,7 @@ impl StateStore for SqliteStore {
                     let mut clear = tx.prepare_cached(
                         "DELETE FROM intervals WHERE name = ?1 AND fingerprint = ?2 AND status = 'done' AND start_ts >= ?3 AND start_ts < ?4",
                     )?;
+                    let mut relied_on = tx.prepare_cached("SELECT 1 FROM intents WHERE name = ?1 AND fingerprint = ?2 AND env <> ?3")?;
                     let mut cleared = Vec::with_capacity(targets.len());
                     for t in targets {
                         let served: Option<String> = pointer.query_row(params![env, t.name], |r| r.get(0)).optional()?;
@@ -2041,6 +2070,12 @@ impl StateStore for SqliteStore {
                         let n = clear.execute(params![t.name, t.fingerprint, to_iso(t.from), to_iso(t.to)])?;
                         if n > 0 {
                             bump_data_generation(tx, &t.name, &t.fingerprint, &to_iso(crate::core::interval::now_millis()))?;
+                        } else if relied_on.exists(params![t.name, t.fingerprint, env])? {
+                            // Nothing done in the range, but an apply or run of another environment
+                            // may have a batch of the range under way over the rows as they were:
+                            // its done record is refused (`mark_done_unless_moved`). No data
+                            // changed: the table's other versions keep theirs.
+                            bump_own_generation(tx, &t.name, &t.fingerprint, &to_iso(crate::core::interval::now_millis()))?;
                         }
                         cleared.push(n);
                     }
@@ -2072,6 +2107,14 @@ fn insert_snapshot(tx: &Transaction<'_>, rec: &SnapshotRecord) -> Result<(), Fau
     ])?;
     Ok(())
 }
+
+/// Records one ledger row `(?1 name, ?2 fingerprint, ?3 start, ?4 end, ?5 status, ?6 at)`; a
+/// row with the same start is replaced (its end, status and time), so a failed interval later
+/// done reads as done.
+const UPSERT_INTERVAL_SQL: &str = "INSERT INTO intervals (name, fingerprint, start_ts, end_ts, status, updated_at) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+     ON CONFLICT (name, fingerprint, start_ts) DO UPDATE SET \
+     end_ts = excluded.end_ts, status = excluded.status, updated_at = excluded.updated_at";
 
 /// Bumps the data generation of `(name, fp)` (a row is created at 1 when there is none), and of
 /// every other version whose snapshot names the same non-empty physical relation (data lives per

@@ -5,24 +5,32 @@
 -- table field (`shared.v = x`), a file-level variable (`n = n + 1`), a module's field, a
 -- metatable — would make a model's SQL depend on which models that interpreter served before it:
 -- on the load cache and on thread timing. So before a macro's first call the host takes a
--- snapshot of everything the macro can reach, and after each of its calls compares: a difference
--- is a load error naming the macro and the first thing written. The audit bodies and signals
--- the interpreter runs are checked the same way (they reach the same state).
+-- snapshot of everything the macro can reach, and after each of its calls compares, whether the
+-- call returned or raised: a difference is a load error naming the macro and the first thing
+-- written, and the interpreter answers no later request of the load (the state it would answer
+-- from is no longer what the files define). The audit bodies and signals the interpreter runs
+-- are checked the same way (they reach the same state).
 --
 -- What a macro can reach: its function's upvalues (the file's `local`s and its globals, through
 -- `_ENV`), followed through tables (keys, values, metatables) and the project's functions (their
--- upvalues), and the modules kept from the definition files (`require` hands them out). efmesh's
--- own functions (the sandbox's base functions, the guards, the `kind` constructors: chunks named
--- `=efmesh/…`) and C functions keep their internals out of any script's reach, so they are not
--- followed. A snapshot is a shallow copy of each table reached and the upvalues of each function
--- reached; the comparison reads every one of them again (no allocation, no metamethod, no project
--- code runs), so a call costs time in proportion to what its macro reaches (a file's globals and
--- library copies: some hundred entries).
+-- upvalues), and the modules kept from the definition files (`require` hands them out). The
+-- functions every file's environment holds (`know`: the sandbox's base functions, the libraries
+-- and their guards, the host's API, the `kind` constructors) are not followed: their internals
+-- are out of any script's reach, and what state they keep is dropped before each call (the
+-- sorted keys `next` walks, the modules `require` evaluated for the call). Any other function that is not the project's — one a
+-- library call made, such as the iterator `string.gmatch` or `pairs` returns — keeps state no
+-- snapshot can read (how far it got): reaching one is refused before the call, naming it, and so
+-- is a coroutine (the sandbox has no `coroutine` library; refused all the same). A snapshot is a
+-- shallow copy of each table reached and the upvalues of each function reached; the comparison
+-- reads every one of them again (no allocation, no metamethod, no project code runs), so a call
+-- costs time in proportion to what its macro reaches (a file's globals and library copies: some
+-- hundred entries).
 --
 -- Loaded by the macro interpreter only (`script::lua::frozen`), with the debug library's
 -- `getupvalue`, `getinfo` and `getmetatable`, which no script ever sees.
 local getupvalue, getinfo, getmetatable = ...
-local next, type, rawequal, rawget, tostring = next, type, rawequal, rawget, tostring
+local next, type, rawequal, rawget, tostring, select = next, type, rawequal, rawget, tostring, select
+local ipairs, utf8 = ipairs, utf8
 local mtype = math.type
 local find, format, sub = string.find, string.format, string.sub
 
@@ -30,6 +38,36 @@ local find, format, sub = string.find, string.format, string.sub
 local function project_function(f)
   local info = getinfo(f, "S")
   return info.what ~= "C" and sub(info.source, 1, 1) == "@"
+end
+
+-- The functions of every file's environment (`know`), which a snapshot does not follow.
+local known = {}
+
+-- Marks as known every function `...` hold (followed through tables and their metatables), and
+-- the iterators `ipairs` and `utf8.codes` hand out: they keep no state (the loop passes it back
+-- at each step).
+local function know(...)
+  local seen = {}
+  local function mark(v)
+    local tv = type(v)
+    if tv == "function" then
+      known[v] = true
+    elseif tv == "table" and not seen[v] then
+      seen[v] = true
+      for _, x in next, v do
+        mark(x)
+      end
+      mark(getmetatable(v))
+    end
+  end
+  for i = 1, select("#", ...) do
+    mark((select(i, ...)))
+  end
+  mark((ipairs({})))
+  if utf8 then
+    mark((utf8.codes("")))
+    mark((utf8.codes("", true)))
+  end
 end
 
 -- The path of entry `k` of the table reached by `path` (`""`: a file's globals), as Lua code
@@ -96,14 +134,16 @@ local function path_of(snap, i)
   return path
 end
 
--- The snapshot of what `f` and `roots` (a sequence: value, label, value, label…) reach.
+-- The snapshot of what `f` and `roots` (a sequence: value, label, value, label…) reach; or `nil`
+-- and the path of the first function reached whose state no snapshot can read (neither known nor
+-- the project's: an iterator a library call made) or of a coroutine.
 local function snapshot(f, roots)
   local seen = {}
   local tables, functions = {}, {}
   local queue, parent, key, meta, tail = {}, {}, {}, {}, 0
   local function reach(v, from, k, is_meta)
     local tv = type(v)
-    if (tv == "table" or tv == "function") and not seen[v] then
+    if (tv == "table" or tv == "function" or tv == "thread") and not seen[v] then
       seen[v] = true
       tail = tail + 1
       queue[tail], parent[tail], key[tail], meta[tail] = v, from, k, is_meta
@@ -135,7 +175,9 @@ local function snapshot(f, roots)
       local mt = getmetatable(v)
       reach(mt, head, false, true)
       tables[#tables + 1] = { v, copy, n, mt, head, objects or {} }
-    elseif project_function(v) then
+    elseif known[v] then
+      -- Not followed (see the top of this file).
+    elseif type(v) == "function" and project_function(v) then
       local ups, i = {}, 1
       while true do
         local name, x = getupvalue(v, i)
@@ -148,6 +190,8 @@ local function snapshot(f, roots)
       if i > 1 then
         functions[#functions + 1] = { v, ups, i - 1 }
       end
+    else
+      return nil, path_of({ parent = parent, key = key, meta = meta }, head)
     end
     head = head + 1
   end
@@ -195,4 +239,4 @@ local function changed(snap)
   return nil
 end
 
-return snapshot, changed
+return snapshot, changed, know

@@ -2,8 +2,9 @@
 //! journal, `status --check`, `migrate` from every older state layout, `--retries`.
 //!
 //! Test hooks used (documented where they live): `EFMESH_TEST_HOLD_LEASE_MS` (a command sleeps
-//! right after taking its lock, so two commands started together are known to overlap) and
-//! `EFMESH_TEST_TRANSIENT` (the first N attempts fail with an injected transient engine error).
+//! right after taking its lock, so two commands started together are known to overlap),
+//! `EFMESH_TEST_TRANSIENT` (the first N attempts fail with an injected transient engine error)
+//! and `EFMESH_DELAY` (a run held between a batch's commit and its ledger record).
 
 use crate::common::*;
 use serde_json::Value;
@@ -183,6 +184,7 @@ crate::on_every_engine_and_state_backend!(
     a_run_with_nothing_due_says_so,
     kill_9_at_random_moments_of_apply_and_run_then_rerun_converges,
     restate_of_a_month_recomputes_it_in_the_parent_a_daily_child_and_a_full_rollup_and_nothing_else,
+    a_restatement_committed_while_another_environments_batch_awaits_its_record_is_recomputed_by_the_next_run,
 );
 
 // On each engine (with the state in SQLite).
@@ -748,6 +750,69 @@ fn restate_of_a_month_recomputes_it_in_the_parent_a_daily_child_and_a_full_rollu
             vec![Some("2026-01".into()), Some("10".into()), Some("10".into()), Some("31".into())],
             vec![Some("2026-02".into()), Some("2".into()), Some("2".into()), Some("9".into())]
         ]
+    );
+    assert_eq!(p.rows(&env_view("prod", "t.roll")), vec![vec![Some((31 * 10 + 9 * 2).to_string())]]);
+}
+
+/// `restate prod` of January, after the source was corrected, while `run dev` (`dev` serving
+/// `prod`'s versions) holds its batch of 5-7 January of `t.parent` committed, read from the
+/// source before the correction, and not yet recorded (the test hook
+/// `EFMESH_DELAY=batch-committed:t.parent`). The run does not record that batch done: it
+/// warns naming the model and the range, counts none of `t.parent`'s intervals and says so in its
+/// journal; the ledger calls those days missing, `status` counts the whole month, and the next
+/// `run prod` recomputes it from the corrected source, with the child (whose 5-7 January `dev`
+/// computed over the old rows) and the rollup (SPEC §4 invariant 33). Before, the run recorded
+/// them done: `run prod` recomputed the rest only, `status --check` said healthy, and three days
+/// served the old rows.
+fn a_restatement_committed_while_another_environments_batch_awaits_its_record_is_recomputed_by_the_next_run(backend: StateBackend, engine: EngineBackend) {
+    let p = restate_project_on(backend, engine, 1);
+    p.apply("prod");
+    p.apply("dev");
+    let parent_fp = p.store().unwrap().env_pointers("prod").unwrap()["t.parent"].clone();
+    assert_eq!(p.store().unwrap().env_pointers("dev").unwrap()["t.parent"], parent_fp, "dev shares prod's version");
+    // `dev`'s next run recomputes 5-7 January: one batch of `t.parent`.
+    p.run(&["restate", "prod", "--model", "t.parent", "--from", "2026-01-05", "--to", "2026-01-08"]).expect_code(0);
+    let (code, seen) = crate::engine_record::run_held(
+        &p,
+        &["run", "dev"],
+        // Long enough for the correction and the restatement to finish while the run waits.
+        "batch-committed:t.parent=6000",
+        |l| l.contains("test hook: delaying") && l.contains("point=batch-committed:t.parent"),
+        |_| {
+            write_events(&p, 5);
+            let r = p.run(&["restate", "prod", "--model", "t.parent", "--from", "2026-01-01", "--to", "2026-02-01"]);
+            assert!(r.expect_code(0).stdout.contains("t.parent: cleared 28 done interval(s)"), "5-7 January were not done yet: {r:#?}");
+        },
+    );
+    assert_eq!(code, Some(0), "{seen}");
+    let refused = "t.parent: 3 interval(s) in [2026-01-05T00:00:00.000Z, 2026-01-08T00:00:00.000Z) computed but not recorded done: restated meanwhile";
+    assert!(seen.contains(refused) && seen.contains("level=warn"), "{seen}");
+    let store = p.store().unwrap();
+    let tick = &store.ticks("dev", 1).unwrap()[0];
+    assert_eq!(tick.processed.get("t.parent"), Some(&0), "none of its intervals counted: {tick:?}");
+    assert!(tick.detail.as_deref().is_some_and(|d| d.contains(refused)), "{tick:?}");
+    let done = store.done_intervals("t.parent", &parent_fp).unwrap();
+    let january = efmesh::core::interval::parse_instant("2026-01-01").unwrap()..efmesh::core::interval::parse_instant("2026-02-01").unwrap();
+    assert_eq!(done.range(january).count(), 0, "the batch read before the restatement is not done: {done:?}");
+    let gaps = p.run(&["status", "prod", "--json"]).expect_code(0).json();
+    let parent_gaps = gaps["lag"].as_array().unwrap().iter().find(|l| l["model"] == "t.parent").map(|l| l["gaps"].as_i64());
+    assert_eq!(parent_gaps, Some(Some(31)), "{gaps:#}");
+
+    let ran = p.run(&["run", "prod", "--json"]).expect_code(0).json();
+    assert_eq!(ran["restatedMeanwhile"], serde_json::json!([]), "{ran:#}");
+    let tick = &store.ticks("prod", 1).unwrap()[0];
+    assert_eq!((tick.processed["t.parent"], tick.processed["t.child"]), (31, 31), "the whole month, in both: {tick:?}");
+    p.run(&["status", "prod", "--check"]).expect_code(0);
+    // January from the corrected source everywhere, February as it was.
+    let amounts = p.query(&format!("SELECT {}, min(amount), max(amount) FROM {} GROUP BY 1 ORDER BY 1", month_of(&p, "day"), env_view("prod", "t.parent")));
+    assert_eq!(
+        amounts,
+        vec![vec![Some("2026-01".into()), Some("5".into()), Some("5".into())], vec![Some("2026-02".into()), Some("1".into()), Some("1".into())]]
+    );
+    let doubled = p.query(&format!("SELECT {}, min(doubled), max(doubled) FROM {} GROUP BY 1 ORDER BY 1", month_of(&p, "day"), env_view("prod", "t.child")));
+    assert_eq!(
+        doubled,
+        vec![vec![Some("2026-01".into()), Some("10".into()), Some("10".into())], vec![Some("2026-02".into()), Some("2".into()), Some("2".into())]]
     );
     assert_eq!(p.rows(&env_view("prod", "t.roll")), vec![vec![Some((31 * 10 + 9 * 2).to_string())]]);
 }

@@ -399,21 +399,165 @@ fn a_macro_writing_state_another_macro_reads_is_a_load_error_on_any_number_of_th
 }
 
 /// `efmesh check` of `p` on one and on two load threads (what a load computes must not depend on
-/// them, SPEC §4 invariant 34): exit 1 saying every `expected`, naming none of `not_blamed`.
+/// them, SPEC §4 invariant 34): exit 1 saying every `expected`; a line naming one of
+/// `not_blamed` is only the refusal of a request made after a write (the macro interpreter
+/// answers nothing more once one of its calls wrote state), listed after every other error.
 #[track_caller]
 fn check_fails_on_any_threads(p: &Project, expected: &[&str], not_blamed: &[&str]) {
     for threads in ["1", "2"] {
-        let out = p.command(&["check"]).env("EFMESH_LOAD_THREADS", threads).output().expect("spawn efmesh");
-        let run = Run::from_output(out, format!("EFMESH_LOAD_THREADS={threads} efmesh check"));
-        run.expect_code(1);
-        let said = format!("{}{}", run.stdout, run.stderr);
+        let said = check_on(p, threads);
         for e in expected {
             assert!(said.contains(e), "{threads} threads: `{e}` in:\n{said}");
         }
+        let lines: Vec<&str> = said.lines().filter(|l| l.starts_with("models/") || l.starts_with("macros/")).collect();
+        let refusals = lines.iter().position(|l| l.contains(NOT_RUN)).unwrap_or(lines.len());
+        assert!(lines[refusals..].iter().all(|l| l.contains(NOT_RUN)), "{threads} threads: refusals come last: {said}");
         for n in not_blamed {
-            assert!(!said.contains(n), "{threads} threads: `{n}` is not blamed: {said}");
+            assert!(said.lines().filter(|l| l.contains(n)).all(|l| l.contains(NOT_RUN)), "{threads} threads: `{n}` is not blamed: {said}");
         }
     }
+}
+
+/// What a request the macro interpreter refused after a write says, after its subject.
+const NOT_RUN: &str = "was not run: earlier in this load";
+
+/// `efmesh check` of `p` on `threads` load threads, which must fail: what it said.
+#[track_caller]
+fn check_on(p: &Project, threads: &str) -> String {
+    let out = p.command(&["check"]).env("EFMESH_LOAD_THREADS", threads).output().expect("spawn efmesh");
+    let run = Run::from_output(out, format!("EFMESH_LOAD_THREADS={threads} efmesh check"));
+    run.expect_code(1);
+    format!("{}{}", run.stdout, run.stderr)
+}
+
+/// `efmesh render <model>` on one load thread (files evaluated in path order), which must
+/// succeed: the SQL.
+#[track_caller]
+fn rendered_on_one_thread(p: &Project, model: &str) -> String {
+    let out = p.command(&["render", model]).env("EFMESH_LOAD_THREADS", "1").output().expect("spawn efmesh");
+    let run = Run::from_output(out, format!("EFMESH_LOAD_THREADS=1 efmesh render {model}"));
+    run.expect_code(0);
+    run.stdout
+}
+
+/// A macro that wrote state and then raised an error left the write behind: the error was
+/// reported as `failed: boom`, the changed state became what later calls were checked against,
+/// and `s.b`, evaluated after it, was cached with `'polluted'` — served so by every later load
+/// once `s.a` was fixed, until the caches were deleted (`'orig'`). Lua and Rhai alike. Now the
+/// write is the error, whatever the call did after it, and the interpreter answers nothing more
+/// in that load: `s.b` has an error (a refusal naming the write), so it is not cached, and the
+/// next load gives `'orig'` — on one thread (`s.b` after the write) and on two.
+#[test]
+fn a_macro_writing_state_then_raising_is_the_write_and_nothing_served_after_it_is_cached() {
+    let p = project();
+    p.write(
+        "macros/m.lua",
+        "local shared = { v = \"orig\" }\ndefine_macro(\"m\", function(x)\n  if x == \"boom\" then shared.v = \"polluted\"; error(\"boom\") end\n  return \"'\" .. shared.v .. \"'\"\nend)\n",
+    );
+    p.write(
+        "macros/r.rhai",
+        "let st = #{ v: \"orig\" };\ndefine_macro(\"rm\", |x| {\n  if x == \"boom\" { st.v = \"polluted\"; throw \"boom\"; }\n  \"'\" + st.v + \"'\"\n});\n",
+    );
+    let model = |name: &str, call: &str| format!("-- name: s.{name}\n-- kind: full\n-- schema: t varchar\nSELECT {call} AS t\n");
+    p.write("models/a.sql", &model("a", "@m(boom)"));
+    p.write("models/b.sql", &model("b", "@m(ok)"));
+    p.write("models/ra.sql", &model("ra", "@rm(boom)"));
+    p.write("models/rb.sql", &model("rb", "@rm(ok)"));
+    let writes = [
+        "models/a.sql:4: model `s.a`: macro `@m` (macros/m.lua:2) writes state that outlives the call (`shared.v`): a macro must be a pure function of its arguments",
+        "models/ra.sql:4: model `s.ra`: macro `@rm` (macros/r.rhai:2) writes state that outlives the call (`st`)",
+    ];
+    // One thread: `b.sql` comes after `a.sql`, `rb.sql` after `ra.sql`: refused, naming the write.
+    let said = check_on(&p, "1");
+    for (at, refusal) in [
+        (
+            "models/b.sql:4: model `s.b`: ",
+            "macro `@m` was not run: earlier in this load macro `@m` (macros/m.lua:2) wrote state that outlives its call (`shared.v`)",
+        ),
+        (
+            "models/rb.sql:4: model `s.rb`: ",
+            "macro `@rm` was not run: earlier in this load macro `@rm` (macros/r.rhai:2) wrote state that outlives its call (`st`)",
+        ),
+    ] {
+        assert!(said.contains(&format!("{at}{refusal}")), "`{at}{refusal}` in:\n{said}");
+    }
+    assert!(!said.contains(") failed:"), "the write is the error, not the error raised after it: {said}");
+    check_fails_on_any_threads(&p, &writes, &["models/b.sql", "models/rb.sql"]);
+    // The calls fixed: nothing computed from the changed state was cached (`s.b`, `s.rb`: `'orig'`).
+    p.write("models/a.sql", &model("a", "@m(fine)"));
+    p.write("models/ra.sql", &model("ra", "@rm(fine)"));
+    for m in ["s.b", "s.rb"] {
+        let sql = rendered(&p, m);
+        assert!(sql.contains("SELECT 'orig' AS t"), "{m}: {sql}");
+    }
+}
+
+/// An iterator made at the top of a macro file (`gmatch`'s, `pairs`'s: efmesh's own functions
+/// and C functions were not followed by the state check) advanced at each call: three models
+/// calling `@tag()` got `'a'`, `'b'`, `'c'` by load order, and editing one alone gave it `'a'`
+/// (the first call twice saw `'a'` twice: the sequence starts with two equal values). Now a
+/// macro reaching such a function is refused before its call, naming it, at every call, on any
+/// number of threads and after an edit of one model alone; made inside the call, it loads, and
+/// every model gets `'a'`.
+#[test]
+fn a_macro_reaching_an_iterator_made_outside_it_is_refused_naming_it() {
+    let p = project();
+    let tag = |n: u32| format!("-- name: s.m{n}\n-- kind: full\n-- schema: t varchar\nSELECT @tag() AS t\n");
+    for n in 1..=3 {
+        p.write(&format!("models/m{n}.sql"), &tag(n));
+    }
+    for (source, iterator) in [
+        ("local it = (\"a a b c d e f g h\"):gmatch(\"%a\")\ndefine_macro(\"tag\", function() return \"'\" .. it() .. \"'\" end)\n", "gmatch"),
+        ("local it = pairs({ \"a\", \"a\", \"b\", \"c\" })\ndefine_macro(\"tag\", function() local _, v = it(); return \"'\" .. v .. \"'\" end)\n", "pairs"),
+    ] {
+        p.write("macros/m.lua", source);
+        let refused = |n: u32| {
+            format!(
+                "models/m{n}.sql:4: model `s.m{n}`: macro `@tag` (macros/m.lua:2) reaches `it`, a function made by a library call outside it (an iterator of `string.gmatch` or `pairs`) or a coroutine"
+            )
+        };
+        let all: Vec<String> = (1..=3).map(refused).collect();
+        check_fails_on_any_threads(&p, &all.iter().map(String::as_str).collect::<Vec<_>>(), &[]);
+        // An edit of one model alone (the others failed: nothing was cached): refused the same.
+        p.write("models/m3.sql", &format!("{}-- {iterator}\n", tag(3)));
+        let said = check_on(&p, "1");
+        assert!(all.iter().all(|e| said.contains(e.as_str())), "{iterator}: {said}");
+        p.write("models/m3.sql", &tag(3));
+    }
+    // Made inside the call: every model gets the first word, also after an edit of one alone.
+    p.write(
+        "macros/m.lua",
+        "define_macro(\"tag\", function()\n  local it = (\"a a b c\"):gmatch(\"%a\")\n  local step = pairs({ \"\" })\n  local _, v = step()\n  return \"'\" .. it() .. v .. \"'\"\nend)\n",
+    );
+    for n in 1..=3 {
+        assert!(rendered_on_one_thread(&p, &format!("s.m{n}")).contains("SELECT 'a' AS t"));
+    }
+    p.write("models/m3.sql", &format!("{}-- edited\n", tag(3)));
+    assert!(rendered_on_one_thread(&p, "s.m3").contains("SELECT 'a' AS t"));
+}
+
+/// `next(t, k)` kept the sorted keys of a table from one call to the next (efmesh's own code,
+/// which the state check does not follow): a macro call writing a key and removing it again
+/// (no write left) had `next` sort the keys with it, and a later call adding another key walked
+/// the stale order — `'b'` on a cold load of both models, `'b,c'` after an edit of the walking
+/// model alone (the load cache). Now a walk's sorted keys are kept only along the walk, and
+/// dropped before every call: `'b,c'` both ways.
+#[test]
+fn next_walks_the_keys_a_table_holds_whatever_an_earlier_call_walked() {
+    let p = project();
+    p.write(
+        "macros/m.lua",
+        "local t = { a = 1, b = 2 }\ndefine_macro(\"m\", function(x)\n  if x == \"prime\" then t.z = 1; next(t, \"a\"); t.z = nil; return \"0\" end\n  \
+         t.c = 1\n  local o = {}\n  local k = next(t, \"a\")\n  while k do o[#o + 1] = k; k = next(t, k) end\n  t.c = nil\n  \
+         return \"'\" .. table.concat(o, \",\") .. \"'\"\nend)\n",
+    );
+    p.write("models/m1.sql", "-- name: s.m1\n-- kind: full\n-- schema: t varchar\nSELECT @m(prime) AS t\n");
+    let walk = "-- name: s.m2\n-- kind: full\n-- schema: t varchar\nSELECT @m(walk) AS t\n";
+    p.write("models/m2.sql", walk);
+    // One thread: `m1.sql` (the priming call) is served first.
+    assert!(rendered_on_one_thread(&p, "s.m2").contains("SELECT 'b,c' AS t"));
+    p.write("models/m2.sql", &format!("{walk}-- edited\n"));
+    assert!(rendered_on_one_thread(&p, "s.m2").contains("SELECT 'b,c' AS t"));
 }
 
 /// An audit body of the macro files reaches their state as their macros do: one writing what a

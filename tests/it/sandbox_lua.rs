@@ -252,6 +252,41 @@ define_model { name = "a.m", kind = kind.full(), schema = { { "s", "varchar" }, 
     assert_eq!(sql, "SELECT 'a,+,b,+,c,+,d' AS s, 300 AS n");
 }
 
+/// `next(t, k)` answers from the keys `t` holds when it is called: it kept the keys it sorted for
+/// an earlier step (a key since removed, `z`) and walked them again from `a` after `c` was added,
+/// giving `b` alone. A walk from a key follows the keys sorted at its first step; a key cleared
+/// during it is skipped; starting again from any key sorts again.
+#[test]
+fn next_from_a_key_answers_from_the_keys_the_table_holds_now() {
+    let dir = tempfile::tempdir().unwrap();
+    fs_err::create_dir_all(dir.path().join("models")).unwrap();
+    fs_err::write(
+        dir.path().join("models/m.lua"),
+        r#"local t = { a = 1, b = 2 }
+t.z = 1; local first = next(t, "a"); t.z = nil
+t.c = 1
+local function walk(from)
+  local o = {}
+  local k = next(t, from)
+  while k do o[#o + 1] = k; k = next(t, k) end
+  return table.concat(o, ",")
+end
+local after_a = walk("a")
+local again = next(t, "b")
+t.d = 4
+local cleared = {}
+local k = next(t, "a")
+while k do cleared[#cleared + 1] = k; t.c = nil; k = next(t, k) end
+define_model { name = "a.m", kind = kind.full(), schema = { { "s", "varchar" } },
+  query = "SELECT '" .. first .. "|" .. after_a .. "|" .. again .. "|" .. walk("a") .. "|" .. table.concat(cleared, ",") .. "' AS s" }"#,
+    )
+    .unwrap();
+    let project = Project::load(&Config::with_root(dir.path())).unwrap_or_else(|e| panic!("{e}"));
+    let m = project.dag.models().next().unwrap();
+    let sql = m.body.as_ref().unwrap().render(&efmesh::core::fragment::CanonicalResolver);
+    assert_eq!(sql, "SELECT 'b|b,c|c|b,d|b,d' AS s");
+}
+
 /// Nothing a model builds depends on where the allocator put a value: `tostring` of a table or
 /// function is its type's name, `%s` of one too, `%p` is refused, and `pairs`/`next` over a
 /// table keyed by tables (ordered by address) is refused naming the line.

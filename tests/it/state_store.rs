@@ -8,8 +8,8 @@ use crate::pg;
 use efmesh::core::Interval;
 use efmesh::core::interval::{now_millis, parse_instant, to_iso};
 use efmesh::state::{
-    AuditPass, Claim, Condemned, Intent, IntervalStatus, LeaseClaim, LeaseHolder, LeaseRecord, PostgresStore, RestateTarget, SnapshotRecord, StateError,
-    StateStore, Tick,
+    AuditPass, Claim, Condemned, DoneMark, Intent, IntervalStatus, LeaseClaim, LeaseHolder, LeaseRecord, PostgresStore, RestateTarget, SnapshotRecord,
+    StateError, StateStore, Tick,
 };
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
@@ -66,6 +66,7 @@ on_every_backend!(
     a_promotion_with_a_missing_snapshot_changes_nothing,
     the_ledger_records_failed_then_done_per_name_and_fingerprint_and_clears_ranges,
     a_restatement_clears_every_target_or_none,
+    a_done_record_is_refused_once_a_restatement_moved_the_version_since_its_build_began,
     the_generation_counts_data_writes_and_plan_state_sees_every_promotion,
     the_plan_memo_round_trips_and_a_promotion_drops_only_its_environments_memo,
     a_lease_is_held_between_two_handles_until_released_expired_or_stale,
@@ -240,6 +241,53 @@ fn a_restatement_clears_every_target_or_none(b: &dyn Backend) {
     let cleared = store.restate_intervals("prod", &[target("m.a", '1', "2026-01-01", "2026-01-03"), target("m.b", '2', "2026-01-04", "2026-01-10")]).unwrap();
     assert_eq!(cleared, vec![2, 1]);
     assert_eq!(store.done_intervals("m.a", &fp('1')).unwrap().len(), 2);
+}
+
+/// A batch's done record is a compare-and-set on its version's data generation
+/// (`mark_done_unless_moved`, SPEC §4 invariant 33): recorded while the generation is the one
+/// the build expects, each record handing on the next one; refused, writing nothing (no ledger
+/// row, neither the version's nor the store's generation moved), once a restatement on another
+/// handle moved it — also a restatement that cleared nothing while an apply or run of another
+/// environment relies on the version (its intents), but not one that cleared nothing with none
+/// relying on it (its own environment's intents do not count: it holds that environment's lock).
+fn a_done_record_is_refused_once_a_restatement_moved_the_version_since_its_build_began(b: &dyn Backend) {
+    let (store, other) = (b.open(), b.open());
+    let (name, v) = ("m.a", fp('1'));
+    store.put_snapshot(&rec(name, &v)).unwrap();
+    store.promote("prod", &pointers(&[("m.a", '1')]), &BTreeMap::new(), &BTreeSet::new(), &json!({}), "", 0).unwrap();
+    let key = vec![(name.to_string(), v.clone())];
+    let generation = || other.data_versions(&key).unwrap().get(&key[0]).map_or(0, |d| d.generation);
+    // One build's records, one after another: each expects what the previous one left.
+    assert_eq!(generation(), 0);
+    assert_eq!(store.mark_done_unless_moved(name, &v, &days("2026-01-01", 2), 0, 0).unwrap(), DoneMark::Recorded { generation: 1 });
+    assert_eq!(store.mark_done_unless_moved(name, &v, &days("2026-01-03", 1), 1, 0).unwrap(), DoneMark::Recorded { generation: 2 });
+    assert_eq!((generation(), other.done_intervals(name, &v).unwrap().len()), (2, 3));
+    // `restate prod` on another handle while the build's next batch runs.
+    let target = RestateTarget { name: name.into(), fingerprint: v.clone(), from: t("2026-01-01"), to: t("2026-01-06") };
+    assert_eq!(other.restate_intervals("prod", std::slice::from_ref(&target)).unwrap(), vec![3]);
+    let (moved, writes) = (generation(), other.generation().unwrap());
+    assert_eq!(moved, 3);
+    assert_eq!(store.mark_done_unless_moved(name, &v, &days("2026-01-04", 1), 2, 0).unwrap(), DoneMark::Moved { found: 3 });
+    assert!(other.done_intervals(name, &v).unwrap().is_empty(), "not recorded: the restated range stays missing");
+    assert_eq!((generation(), other.generation().unwrap()), (moved, writes), "a refused record writes nothing");
+    // A build begun after the restatement records.
+    assert_eq!(store.mark_done_unless_moved(name, &v, &days("2026-01-04", 1), 3, 0).unwrap(), DoneMark::Recorded { generation: 4 });
+    assert_eq!(other.done_intervals(name, &v).unwrap(), BTreeSet::from([t("2026-01-04")]));
+    // Nothing done in the range: nothing moves while no other environment's apply or run
+    // relies on the version...
+    let empty = RestateTarget { from: t("2026-02-01"), to: t("2026-02-03"), ..target.clone() };
+    let intent = Intent { name: name.into(), fingerprint: v.clone(), physical: rec(name, &v).physical, must_exist: true };
+    store.record_intents("prod", std::slice::from_ref(&intent), 0).unwrap();
+    assert_eq!(other.restate_intervals("prod", std::slice::from_ref(&empty)).unwrap(), vec![0]);
+    assert_eq!(generation(), 4, "no batch of the range can be under way");
+    // ... while one does (`run dev` under way), its batch of the range is refused.
+    store.record_intents("dev", std::slice::from_ref(&intent), 0).unwrap();
+    assert_eq!(other.restate_intervals("prod", std::slice::from_ref(&empty)).unwrap(), vec![0]);
+    assert_eq!(generation(), 5);
+    assert_eq!(store.mark_done_unless_moved(name, &v, &days("2026-02-01", 1), 4, 0).unwrap(), DoneMark::Moved { found: 5 });
+    assert!(!other.done_intervals(name, &v).unwrap().contains(&t("2026-02-01")));
+    // An empty record writes and checks nothing.
+    assert_eq!(store.mark_done_unless_moved(name, &v, &[], 0, 0).unwrap(), DoneMark::Recorded { generation: 0 });
 }
 
 fn the_generation_counts_data_writes_and_plan_state_sees_every_promotion(b: &dyn Backend) {
