@@ -1012,20 +1012,31 @@ fn execute_recorded(
     // models outside it (an embedded or unchanged model reading one).
     let deps = work_dependencies(project, &work);
     // Built on a worker's connection: the kinds whose build is statements alone, into tables of
-    // the engine's own database. The rest (seeds, keyed kinds, lake and DuckLake targets) need
-    // this connection (its temporary stages, its attachments) and run here, one at a time.
+    // the engine's own database, without pre/post statements. The rest (seeds, keyed kinds, lake
+    // and DuckLake targets) need this connection (its temporary stages, its attachments), and
+    // models with statements run here so that no two run theirs at once (two `CREATE SCHEMA IF
+    // NOT EXISTS` of one schema conflict in parallel): here, one at a time.
     let parallel: Vec<bool> = work
         .iter()
         .map(|a| {
-            project
-                .dag
-                .get(&a.name)
-                .is_some_and(|m| m.target == crate::core::Target::Table && matches!(m.kind, Kind::Full | Kind::View | Kind::IncrementalByTimeRange(_)))
+            project.dag.get(&a.name).is_some_and(|m| {
+                m.target == crate::core::Target::Table && matches!(m.kind, Kind::Full | Kind::View | Kind::IncrementalByTimeRange(_)) && m.statements.is_empty()
+            })
         })
         .collect();
+    // A statement that may change its session (a `SET`, a temporary object…) reaches every later
+    // model of a sequential apply, on its one connection: with several connections which models it
+    // reached would depend on timing, so such a plan is built one model at a time.
+    let jobs = match session_statement(project, &work, &exec) {
+        Some(at) if options.effective_jobs() > 1 => {
+            tracing::info!("built one model at a time: {at} may change its session's settings, which reach every later model");
+            1
+        }
+        _ => options.effective_jobs(),
+    };
     // The audits of file sources the promotion runs (below) read only files: with more than one
     // job they run meanwhile on a connection of their own, and the promotion takes their results.
-    let early = early_source_audits(project, plan, &work, &exec, refresh, options.effective_jobs(), (&read_anew, &gated));
+    let early = early_source_audits(project, plan, &work, &exec, refresh, jobs, (&read_anew, &gated));
     let early_db = if early.is_empty() { None } else { engine.worker() };
     // Set, and the running audit interrupted, when the apply fails meanwhile: their results
     // would never be used, and the failure is reported without waiting for them.
@@ -1069,7 +1080,7 @@ fn execute_recorded(
                 flights: HashMap::new(),
                 complete: HashMap::new(),
             };
-            schedule::schedule(&mut builder, &deps, &parallel, engine, options.effective_jobs())?;
+            schedule::schedule(&mut builder, &deps, &parallel, engine, jobs)?;
             // Reported in the plan's (topological) order, whichever finished first.
             let position: HashMap<&ModelName, usize> = work.iter().enumerate().map(|(i, a)| (&a.name, i)).collect();
             let at = |n: &ModelName| position.get(n).copied().unwrap_or(usize::MAX);
@@ -1144,6 +1155,19 @@ fn execute_recorded(
             let _ = handle.join();
         }
         outcome
+    })
+}
+
+/// The first pre/post statement of a model to build that may change its session
+/// ([`crate::sql::statements::may_change_session`]), as "the pre-statement 1 of model `m`
+/// (file:line)"; `None` when there is none.
+fn session_statement(project: &Project, work: &[&crate::plan::Action], exec: &ExecResolver<'_>) -> Option<String> {
+    let grammar = crate::plan::lineage::grammar(project);
+    work.iter().filter_map(|a| project.dag.get(&a.name)).find_map(|m| {
+        m.statements
+            .each()
+            .find(|(_, _, st)| crate::sql::statements::may_change_session(&st.sql.render(exec), grammar))
+            .map(|(when, i, st)| format!("the {when}-statement {i} of model `{}` ({})", m.name, st.location))
     })
 }
 
@@ -3103,6 +3127,8 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                 // environment points at anew later is refreshed when they changed since
                 // (`plan::mark_stale_builds`).
                 let built_from = read_built_from(project, self.versions, &model.name, state)?;
+                // Test hook: holds this connection before the upsert (as `run_job` does a job).
+                fault::delay_point(&format!("build:{}", model.name));
                 let write = state.begin_data_write(&snapshot.name, &snapshot.fingerprint, interval::now_millis())?;
                 let (pre, post) = batch::pre_post(model, exec, None);
                 let (stats, results) = upsert::write(engine, model, by, &physical, &sql, (&pre, &post), &checks)?;

@@ -39,7 +39,6 @@ use crate::core::audit::Audit;
 use crate::core::interval::Interval;
 use crate::engine::Engine;
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, mpsc};
 
 /// One transaction of a model's build: statements, then the audits that guard them
@@ -188,8 +187,10 @@ fn shared(engine: &mut dyn Engine, job: &Job, first: usize, announced: &mut usiz
 
 /// What a worker reports.
 enum Report {
-    /// A transaction of a work item ran: its first step and one result per step.
-    Step(usize, usize, Vec<StepResult>),
+    /// A transaction of a work item ran: its first step and one result per step, and where to
+    /// answer whether it was recorded (the worker waits for the answer before its next
+    /// transaction, and runs none after a `false`).
+    Step(usize, usize, Vec<StepResult>, mpsc::SyncSender<bool>),
     /// A work item's job ended (every step ran, or one failed).
     End(usize),
     /// The worker stopped unexpectedly while running the item of this model.
@@ -204,7 +205,9 @@ enum Report {
 /// Every failure, as described in the module docs.
 pub(crate) fn schedule<'p>(b: &mut dyn Builds<'p>, deps: &[Vec<usize>], parallel: &[bool], engine: &mut dyn Engine, jobs: usize) -> Result<(), ApplyError> {
     let n = deps.len();
-    let wanted = if jobs > 1 && parallel.iter().filter(|p| **p).count() > 1 { jobs } else { 0 };
+    // No more workers than models they can build, nor than [`MAX_WORKERS`].
+    let parallel_items = parallel.iter().filter(|p| **p).count();
+    let wanted = if jobs > 1 && parallel_items > 1 { jobs.min(parallel_items).min(MAX_WORKERS) } else { 0 };
     let mut workers: Vec<Box<dyn Engine + Send>> = Vec::new();
     for _ in 0..wanted {
         match engine.worker() {
@@ -229,21 +232,22 @@ pub(crate) fn schedule<'p>(b: &mut dyn Builds<'p>, deps: &[Vec<usize>], parallel
         }
     }
     st.ready = (0..n).filter(|&i| st.waiting[i] == 0).collect();
-    let count = workers.len();
     let (job_tx, job_rx) = mpsc::channel::<(usize, Job<'p>)>();
     let job_rx = Mutex::new(job_rx);
     let (report_tx, report_rx) = mpsc::channel::<Report>();
-    // Per item, set by this thread when recording one of its steps failed: its worker runs no
-    // further step of it (at most the step under way commits unrecorded, as after a kill, and
-    // the next apply computes it again).
-    let stopped: Vec<AtomicBool> = (0..n).map(|_| AtomicBool::new(false)).collect();
     // Workers log through the caller's subscriber (a library caller's or a test's scoped one).
     let dispatch = tracing::dispatcher::get_default(Clone::clone);
     std::thread::scope(|s| {
+        let mut started = 0;
         for mut worker in workers {
-            let (jobs, reports, stopped, dispatch) = (&job_rx, report_tx.clone(), &stopped, dispatch.clone());
-            s.spawn(move || {
+            let (jobs, reports, dispatch) = (&job_rx, report_tx.clone(), dispatch.clone());
+            let spawned = std::thread::Builder::new().name("efmesh-build".into()).spawn_scoped(s, move || {
                 tracing::dispatcher::with_default(&dispatch, || {
+                    // Each committed transaction waits for this thread's answer that it was
+                    // recorded before the next one begins: a process stopped at any instant
+                    // leaves at most one committed transaction per model unrecorded (SPEC §4
+                    // invariant 45), and a model whose record failed runs no further one.
+                    let (ack_tx, ack_rx) = mpsc::sync_channel::<bool>(1);
                     loop {
                         let next = match jobs.lock() {
                             Ok(rx) => rx.recv(),
@@ -251,7 +255,9 @@ pub(crate) fn schedule<'p>(b: &mut dyn Builds<'p>, deps: &[Vec<usize>], parallel
                         };
                         let Ok((item, job)) = next else { break };
                         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            run_job(&mut *worker, &job, &mut |k, rs| reports.send(Report::Step(item, k, rs)).is_ok() && !stopped[item].load(Ordering::SeqCst));
+                            run_job(&mut *worker, &job, &mut |k, rs| {
+                                reports.send(Report::Step(item, k, rs, ack_tx.clone())).is_ok() && ack_rx.recv().unwrap_or(false)
+                            });
                         }));
                         // A worker that panicked may hold a transaction open: it takes no more work.
                         let lost = ran.is_err();
@@ -262,15 +268,24 @@ pub(crate) fn schedule<'p>(b: &mut dyn Builds<'p>, deps: &[Vec<usize>], parallel
                     }
                 })
             });
+            match spawned {
+                Ok(_) => started += 1,
+                // Fewer workers (their connections dropped with the closure), or none: then
+                // every model is built on this connection below.
+                Err(e) => tracing::warn!("cannot start a build thread ({e}): building with {started} worker(s)"),
+            }
         }
         drop(report_tx);
+        let count = started;
         loop {
             while let Ok(r) = report_rx.try_recv() {
-                st.handle(r, b, &stopped);
+                st.handle(r, b);
             }
             if st.failures.is_empty() {
                 // Keep the workers busy first, then build what only this connection can.
                 let next_parallel = if st.busy < count { st.ready.iter().copied().find(|&i| parallel[i]) } else { None };
+                // With no worker started, every model is built here.
+                let next_parallel = next_parallel.filter(|_| count > 0);
                 if let Some(item) = next_parallel {
                     st.ready.remove(&item);
                     match b.start(item, engine) {
@@ -290,14 +305,24 @@ pub(crate) fn schedule<'p>(b: &mut dyn Builds<'p>, deps: &[Vec<usize>], parallel
                 }
                 // Built on this connection while fewer than `count` workers are busy: at most
                 // `jobs` models are under way at once.
-                if st.busy < count
-                    && let Some(item) = st.ready.iter().copied().find(|&i| !parallel[i])
+                if (st.busy < count || count == 0)
+                    && let Some(item) = st.ready.iter().copied().find(|&i| !parallel[i] || count == 0)
                 {
                     st.ready.remove(&item);
                     let built = match b.start(item, engine) {
                         Ok(Some(job)) => {
                             engine.share_threads(st.busy + 1);
-                            inline(b, item, &job, engine)
+                            // Workers' reports are recorded between this model's transactions
+                            // too: each worker waits for its record.
+                            let mut outcome = Ok(());
+                            run_job(engine, &job, &mut |k, rs| {
+                                outcome = b.step(item, k, rs);
+                                while let Ok(r) = report_rx.try_recv() {
+                                    st.handle(r, b);
+                                }
+                                outcome.is_ok()
+                            });
+                            outcome.and_then(|()| b.finish(item))
                         }
                         Ok(None) => Ok(()),
                         Err(e) => Err(e),
@@ -315,7 +340,7 @@ pub(crate) fn schedule<'p>(b: &mut dyn Builds<'p>, deps: &[Vec<usize>], parallel
             // Fewer models under way after a report (and nothing ready): they get the threads back.
             engine.share_threads(st.busy);
             match report_rx.recv() {
-                Ok(r) => st.handle(r, b, &stopped),
+                Ok(r) => st.handle(r, b),
                 Err(_) => {
                     st.failures.push(lost_workers());
                     break;
@@ -344,6 +369,10 @@ pub(crate) fn schedule<'p>(b: &mut dyn Builds<'p>, deps: &[Vec<usize>], parallel
         _ => Err(ApplyError::Several(failures)),
     }
 }
+
+/// The most worker connections an apply or run opens, whatever `--jobs` says: each is a thread
+/// and a connection (a few MB each), and no machine efmesh runs on builds more models at once.
+const MAX_WORKERS: usize = 256;
 
 fn lost_workers() -> ApplyError {
     ApplyError::Target { model: None, interval: None, message: "every build worker stopped unexpectedly".to_string() }
@@ -381,16 +410,21 @@ impl Progress {
     }
 
     /// Records what a worker reported.
-    fn handle<'p>(&mut self, r: Report, b: &mut dyn Builds<'p>, stopped: &[AtomicBool]) {
+    fn handle<'p>(&mut self, r: Report, b: &mut dyn Builds<'p>) {
         match r {
-            Report::Step(item, k, results) => {
-                if !self.failed.contains(&item)
-                    && let Err(e) = b.step(item, k, results)
-                {
-                    stopped[item].store(true, Ordering::SeqCst);
-                    self.failed.insert(item);
-                    self.failures.push(e);
-                }
+            Report::Step(item, k, results, recorded) => {
+                let ok = !self.failed.contains(&item) && {
+                    match b.step(item, k, results) {
+                        Ok(()) => true,
+                        Err(e) => {
+                            self.failed.insert(item);
+                            self.failures.push(e);
+                            false
+                        }
+                    }
+                };
+                // The worker waits for this answer (gone only when it stopped).
+                let _ = recorded.send(ok);
             }
             Report::End(item) => {
                 self.busy -= 1;

@@ -451,7 +451,7 @@ impl Cols {
     /// that name (a lookup by name finds the first, which DuckDB may not have meant), so each
     /// reads all of their sources and none is certain. The columns stay listed: a top-level
     /// query returns them all (which the schema contract refuses); a relation renames the
-    /// repeats ([`Self::as_relation`]).
+    /// repeats ([`Self::into_relation`]).
     fn finish(mut self) -> Self {
         for name in self.repeated() {
             let mut src = Src::uncertain();
@@ -467,7 +467,7 @@ impl Cols {
 
     /// These columns as a relation's (a CTE, a subquery, an aliased join): DuckDB renames a
     /// repeated name there (`x`, `x_1`), so such a relation has columns `items` does not name.
-    fn as_relation(self) -> Self {
+    fn into_relation(self) -> Self {
         let mut cols = self.finish();
         if !cols.repeated().is_empty() {
             cols.more = true;
@@ -525,7 +525,7 @@ impl Rel {
             Some(a) => (vec![vec![lower(&a.name.value)]], true),
             None => (quals, named),
         };
-        Rel { quals, named, alias: alias.map(|a| a.name.value.clone()), cols: cols.as_relation(), origin, star_skip: Vec::new() }
+        Rel { quals, named, alias: alias.map(|a| a.name.value.clone()), cols: cols.into_relation(), origin, star_skip: Vec::new() }
     }
 
     /// How a message names it: "parent `raw.orders` (as `o`)", "CTE `c`", "subquery `s`", and
@@ -1467,7 +1467,7 @@ fn cte_lookup(up: Option<&Frame<'_>>, name: &str) -> Option<Cols> {
 /// `AS t(x, x)`, renamed by DuckDB as any relation's).
 fn renamed(mut rel: Rel, alias: Option<&TableAlias>) -> Rel {
     if let Some(a) = alias {
-        rel.cols = std::mem::take(&mut rel.cols).rename(&a.columns).as_relation();
+        rel.cols = std::mem::take(&mut rel.cols).rename(&a.columns).into_relation();
     }
     rel
 }

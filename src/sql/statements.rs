@@ -111,6 +111,45 @@ fn first_words(sql: &str, n: usize) -> Vec<String> {
     words
 }
 
+/// True when `sql` (a pre/post statement, rendered) may change the session that runs it beyond
+/// its transaction — a setting, a temporary object, an attached database, a loaded extension —
+/// or may do something this cannot tell. Such a change reaches every later write on the same
+/// connection, so an apply or run with several connections (`--jobs`) builds one model at a time
+/// when a model has one (as a sequential apply does, where it reaches every model after it).
+///
+/// False only for statements known to act on the database's objects alone, by their first words:
+/// `INSERT`, `UPDATE`, `DELETE`, `MERGE`, `TRUNCATE`, `COPY`, `ANALYZE`, `VACUUM`, `REINDEX`,
+/// `CLUSTER`, `REFRESH`, `COMMENT`, `GRANT`, `REVOKE`, `CHECKPOINT`; `CREATE`, `ALTER` and `DROP`
+/// of anything but a temporary object or a secret (`TEMP`, `TEMPORARY` or `SECRET` before the
+/// kind of object: DuckDB's secrets live in the session's database instance); and on Postgres
+/// `SET LOCAL`, `SET TRANSACTION` and `SET CONSTRAINTS`, which end with the transaction. Never
+/// for a text calling `set_config` (Postgres's function form of `SET`). Everything else counts:
+/// `SET`, `RESET`, `PRAGMA`, `USE`, `ATTACH`, `DETACH`, `LOAD`, `INSTALL`, `CALL`, `DO`,
+/// `EXECUTE`, `SELECT`, `WITH`, …
+pub fn may_change_session(sql: &str, grammar: Grammar) -> bool {
+    if canonical_text(sql).contains("set_config") {
+        return true;
+    }
+    let words = first_words(sql, 8);
+    let Some(first) = words.first() else { return true };
+    match first.as_str() {
+        "INSERT" | "UPDATE" | "DELETE" | "MERGE" | "TRUNCATE" | "COPY" | "ANALYZE" | "VACUUM" | "REINDEX" | "CLUSTER" | "REFRESH" | "COMMENT" | "GRANT"
+        | "REVOKE" | "CHECKPOINT" => false,
+        "SET" => !(grammar == Grammar::Postgres && words.get(1).is_some_and(|w| matches!(w.as_str(), "LOCAL" | "TRANSACTION" | "CONSTRAINTS"))),
+        "CREATE" | "ALTER" | "DROP" => {
+            for w in &words[1..] {
+                match w.as_str() {
+                    "TEMP" | "TEMPORARY" | "SECRET" => return true,
+                    "TABLE" | "VIEW" | "INDEX" | "SCHEMA" | "SEQUENCE" | "MACRO" | "FUNCTION" | "TYPE" => return false,
+                    _ => {}
+                }
+            }
+            false
+        }
+        _ => true,
+    }
+}
+
 /// What Postgres refuses inside a transaction block (`PreventInTransactionBlock`), by its name,
 /// or `None`: `VACUUM`, `CREATE INDEX CONCURRENTLY`, `DROP INDEX CONCURRENTLY`,
 /// `REINDEX … CONCURRENTLY`, `REINDEX SYSTEM`/`DATABASE`, `CLUSTER` without a table,
@@ -217,6 +256,47 @@ mod tests {
         assert!(check("CREATE INDEKS i ON t (a)", Grammar::Postgres).is_err());
         assert!(check("SET a = 1; SET b = 2", Grammar::Embedded).unwrap_err().contains("2 statements"));
         assert!(check("SET a = 1; SET b = 2", Grammar::Postgres).unwrap_err().contains("2 statements"));
+    }
+
+    #[test]
+    fn only_statements_known_to_leave_the_session_alone_are_harmless() {
+        for harmless in [
+            "INSERT INTO ops.log VALUES ('a')",
+            "DELETE FROM ops.log WHERE m = 'a'",
+            "/* efmesh: pre-statement 1 of model `s.a` (models/a.sql:4) */\nCREATE SCHEMA IF NOT EXISTS ops",
+            "CREATE TABLE IF NOT EXISTS ops.log (m varchar)",
+            "CREATE OR REPLACE VIEW v AS SELECT 1",
+            "CREATE INDEX IF NOT EXISTS i ON s.t (a)",
+            "DROP TABLE IF EXISTS temp_log",
+            "ALTER TABLE s.t ADD COLUMN b int",
+            "ANALYZE s.t",
+            "COMMENT ON TABLE s.t IS 'x'",
+        ] {
+            assert!(!may_change_session(harmless, Grammar::Embedded), "{harmless}");
+            assert!(!may_change_session(harmless, Grammar::Postgres), "{harmless}");
+        }
+        for changing in [
+            "SET TimeZone = 'America/New_York'",
+            "set integer_division = true",
+            "RESET threads",
+            "PRAGMA enable_profiling",
+            "USE other",
+            "ATTACH 'x.duckdb' AS x",
+            "LOAD spatial",
+            "CALL pragma_version()",
+            "SELECT set_config('TimeZone', 'UTC', false)",
+            "INSERT INTO log SELECT set_config('TimeZone', 'UTC', false)",
+            "CREATE TEMP TABLE stage AS SELECT 1",
+            "CREATE OR REPLACE TEMPORARY MACRO m(x) AS x",
+            "CREATE SECRET (TYPE s3, KEY_ID 'k')",
+            "",
+        ] {
+            assert!(may_change_session(changing, Grammar::Embedded), "{changing}");
+        }
+        // On Postgres a setting made for the transaction ends with it.
+        assert!(!may_change_session("SET LOCAL work_mem = '64MB'", Grammar::Postgres));
+        assert!(may_change_session("SET LOCAL work_mem = '64MB'", Grammar::Embedded));
+        assert!(may_change_session("SET work_mem = '64MB'", Grammar::Postgres));
     }
 
     #[test]

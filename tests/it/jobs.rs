@@ -290,3 +290,102 @@ fn builds_under_way_at_once_share_duckdbs_threads() {
     q.run(&["apply", "dev", "--yes", "--jobs", "1"]).expect_code(0);
     assert_eq!(threads(&q, "s.along"), "3");
 }
+
+/// `s.src` (ten days) → `t.c` (time-range, a batch a day, one transaction each) built on a
+/// worker, and `s.uk` (unique-key) built on the calling thread's connection, held there
+/// (`build:s.uk`) and the process killed once its upsert committed: while the calling thread
+/// was busy it recorded none of `t.c`'s batches, so the worker committed at most one
+/// transaction unrecorded (it waits for each record) — not the whole range. The next apply
+/// computes exactly what is missing.
+#[test]
+fn a_kill_leaves_at_most_one_transaction_per_model_unrecorded() {
+    let p = Project::new();
+    p.write("efmesh.toml", &sql_models(&CONFIG.replace("path = \"efmesh.duckdb\"\n", "path = \"efmesh.duckdb\"\nbatch_commit_ms = 0\n")));
+    p.write(
+        "models/src.sql",
+        "-- name: s.src\n-- kind: full\n-- schema: day date, n bigint\nSELECT CAST(d AS DATE) AS day, CAST(1 AS BIGINT) AS n FROM generate_series(TIMESTAMP '2026-01-01', TIMESTAMP '2026-01-10', INTERVAL 1 DAY) AS g(d)\n",
+    );
+    p.write(
+        "models/tc.sql",
+        "-- name: t.c\n-- kind: incremental_by_time_range(time_column = day, start = 2026-01-01, end = 2026-01-11, grain = day, batch_size = 1)\n-- schema: day date, n bigint\n-- refs: s.src\nSELECT day, n FROM @ref(s.src) WHERE day >= @start AND day < @end\n",
+    );
+    p.write(
+        "models/uk.sql",
+        "-- name: s.uk\n-- kind: incremental_by_unique_key(key = day)\n-- schema: day date, n bigint\n-- refs: s.src\nSELECT day, n FROM @ref(s.src)\n",
+    );
+    let mut cmd = p.command(&["apply", "dev", "--yes", "--jobs", "2"]);
+    cmd.env("EFMESH_DELAY", "build:s.uk=2500").env("EFMESH_FAULT", "after-upsert:s.uk");
+    let run = Run::from_output(cmd.output().expect("spawn"), "apply dev --jobs 2".into());
+    assert_ne!(run.code, 0, "the process was stopped: {}", run.stderr);
+    let table = p.physical_tables().into_iter().find(|t| t.starts_with("t__c")).unwrap_or_else(|| panic!("t.c's table: {:?}", p.physical_tables()));
+    let in_table = p.query(&format!("SELECT count(*) FROM _efmesh.\"{table}\""))[0][0].clone().expect("count").parse::<usize>().expect("a count");
+    let recorded: usize = p.state_summary().intervals.iter().filter(|((name, _), _)| name == "t.c").map(|(_, days)| days.len()).sum();
+    assert!(in_table >= 1, "the worker ran while the calling thread was held: {}", run.stderr);
+    assert!(in_table <= recorded + 1, "{in_table} days in t.c's table, {recorded} recorded: more than one transaction unrecorded\n{}", run.stderr);
+    // The next apply converges: every day once.
+    p.run(&["apply", "dev", "--yes", "--jobs", "2"]).expect_code(0);
+    assert_eq!(p.query("SELECT count(*), count(DISTINCT day) FROM dev__t.c"), vec![vec![Some("10".to_string()), Some("10".to_string())]]);
+}
+
+/// A pre/post statement that may change its session (`SET TimeZone`, `SET integer_division`)
+/// reaches every later model of a sequential apply: with `--jobs 4` the apply is built one model
+/// at a time (and says why), so the rows are those of `--jobs 1`.
+#[test]
+fn a_session_setting_reaches_the_same_models_with_any_jobs() {
+    let mut seen = Vec::new();
+    for jobs in ["1", "4"] {
+        let p = Project::new();
+        p.write("efmesh.toml", &sql_models(CONFIG));
+        p.write("models/x.sql", "-- name: s.x\n-- kind: full\n-- schema: n bigint\nSELECT CAST(1 AS BIGINT) AS n;\nSET TimeZone = 'America/New_York'\n");
+        for name in ["y", "z", "w"] {
+            p.write(
+                &format!("models/{name}.sql"),
+                &format!("-- name: s.{name}\n-- kind: full\n-- schema: d date\n-- refs: s.x\nSELECT CAST(TIMESTAMPTZ '2026-01-01 03:00:00+00' AS DATE) AS d FROM @ref(s.x)\n"),
+            );
+        }
+        let run = p.run(&["apply", "dev", "--yes", "--jobs", jobs]);
+        run.expect_code(0);
+        assert_eq!(run.stderr.contains("built one model at a time"), jobs == "4", "{}", run.stderr);
+        let rows: Vec<Rows> = ["y", "z", "w"].iter().map(|n| p.rows(&env_view("dev", &format!("s.{n}")))).collect();
+        seen.push(rows);
+    }
+    assert_eq!(seen[0], seen[1]);
+    assert_eq!(seen[0][0], vec![vec![Some("2025-12-31".to_string())]]);
+}
+
+/// Models whose statements create one shared object (`CREATE SCHEMA IF NOT EXISTS ops`, a log
+/// table) never run their statements at once: with `--jobs 4` the apply succeeds (in parallel
+/// such statements conflict in DuckDB's catalog) and the log has every model's row.
+#[test]
+fn models_with_statements_never_run_two_at_once() {
+    let p = Project::new();
+    p.write("efmesh.toml", &sql_models(CONFIG));
+    for name in ["a", "b", "c", "d"] {
+        p.write(
+            &format!("models/{name}.sql"),
+            &format!(
+                "-- name: s.{name}\n-- kind: full\n-- schema: n bigint\nCREATE SCHEMA IF NOT EXISTS ops;\nCREATE TABLE IF NOT EXISTS ops.log (m varchar);\nSELECT CAST(1 AS BIGINT) AS n;\nINSERT INTO ops.log VALUES ('{name}')\n"
+            ),
+        );
+    }
+    p.run(&["apply", "dev", "--yes", "--jobs", "4"]).expect_code(0);
+    assert_eq!(p.query("SELECT count(DISTINCT m) FROM ops.log"), vec![vec![Some("4".to_string())]]);
+}
+
+/// A `--jobs` far above the models opens no more workers than models it can build in parallel:
+/// no panic, no thread per job.
+#[test]
+fn a_jobs_count_far_above_the_models_builds_them() {
+    let p = Project::new();
+    for name in ["a", "b", "c"] {
+        full(&p, &format!("s.{name}"), &[]);
+    }
+    let run = p.run(&["apply", "dev", "--yes", "--jobs", "4000000000", "--json"]);
+    run.expect_code(0);
+    assert_eq!(run.json()["built"].as_array().map(Vec::len), Some(3), "{}", run.stdout);
+}
+
+/// `config` reading `.sql` models too.
+fn sql_models(config: &str) -> String {
+    config.replace("models/**/*.lua", "models/**/*.{lua,sql}")
+}
