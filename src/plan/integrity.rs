@@ -638,6 +638,9 @@ pub fn check_skipping(
     if let Some(message) = engine_behind(&project.config, state, catalog)? {
         return Err(PlanError::EngineBehind(message));
     }
+    if let Some(warning) = engine_new_to_store(&project.config, state, catalog)? {
+        tracing::warn!("{warning}");
+    }
     let checked: Vec<bool> = plan.actions.iter().map(|a| a.change == Change::Removed || !skip(&a.name)).collect();
     let found: Vec<Repair> = {
         let physicals = Physicals { project, plan };
@@ -836,6 +839,29 @@ pub fn engine_behind(config: &crate::config::Config, state: &dyn StateStore, cat
         stamped,
         recorded,
         &format!("`{relation}` (model `{model}`)"),
+    )))
+}
+
+/// When the engine database holds none of the tables the state store records although the store
+/// records writes ([`engine_behind`] lets it through: a new file, the plan rebuilds what it
+/// lacks): a warning saying so, and that once this database is written any other database this
+/// store wrote (the one the project used before: moved, or another checkout's) is refused as
+/// older. `None` for a database the store's writes went to, or a store that wrote none.
+///
+/// # Errors
+/// The state store's reads.
+pub fn engine_new_to_store(config: &crate::config::Config, state: &dyn StateStore, catalog: &Catalog) -> Result<Option<String>, crate::state::StateError> {
+    let recorded = state.engine_epoch()?;
+    if recorded == 0 || crate::engine::epoch::stamped(catalog, &state.store_id()?) >= recorded {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "the engine database {} holds none of the tables the state store {} records, which records writes up to engine epoch {recorded} to \
+         a database: every version is rebuilt here, and once this database is written, a database this store wrote before (one moved \
+         away, another checkout's) is refused as older than the store (`engine-behind`); if this project should use that database, point \
+         `[engine]` at it before applying",
+        crate::engine::location(config),
+        state.location()
     )))
 }
 

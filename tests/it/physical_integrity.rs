@@ -728,9 +728,20 @@ fn an_older_copy_of_the_duckdb_file_is_refused_until_rebuilt_or_the_state_store_
     assert_eq!(json.json()["error"]["kind"], "engine-behind", "{json:#?}");
     assert_eq!(std::fs::read(p.engine_path()).unwrap(), bytes, "nothing was written to the file");
 
-    // Moved aside: a new file holds none of the tables, so the plan rebuilds them all.
+    // Moved aside: a new file holds none of the tables, so the plan rebuilds them all — and
+    // warns that the database the store wrote before is refused once this one is written.
     std::fs::rename(p.engine_path(), p.root().join("refused.duckdb")).unwrap();
+    let plan = p.run(&["plan", "dev"]);
+    plan.expect_code(0);
+    assert!(
+        plan.stderr.contains("holds none of the tables the state store")
+            && plan.stderr.contains("every version is rebuilt here")
+            && plan.stderr.contains("is refused as older than the store"),
+        "{}",
+        plan.stderr
+    );
     p.apply("dev");
+    assert!(!p.run(&["plan", "dev"]).expect_code(0).stderr.contains("holds none of the tables"), "a database the store wrote is not new to it");
     assert_eq!(p.rows(&env_view("dev", "t.daily")), new_rows);
     assert_eq!(p.plan("dev")["hasChanges"], false);
 
