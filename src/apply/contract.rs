@@ -59,16 +59,71 @@ pub fn compare(declared: &Schema, actual: &[DescribedColumn]) -> Vec<String> {
 }
 
 /// For a CSV external read with the default delimiter: a hint that efmesh does not sniff it
-/// (a file separated by `;` read with `,` has one column named like the whole header).
-fn delimiter_hint(m: &Model) -> String {
+/// (a file separated by `;` read with `,` has one column named like the whole header). `found`:
+/// the columns the file was read with, when known: the hint is then given only when there is
+/// one, named with another likely delimiter in it (a header cut at `,` into several columns
+/// is read with the right one).
+fn delimiter_hint(m: &Model, found: Option<&[String]>) -> String {
+    let looks_undivided = found.is_none_or(|f| matches!(f, [one] if one.contains([';', '|', '\t', ','])));
     match &m.kind {
         Kind::External(crate::core::External::Files { format: crate::core::FileFormat::Csv, csv, .. })
-            if csv.as_ref().is_none_or(|c| c.delimiter.is_none()) =>
+            if csv.as_ref().is_none_or(|c| c.delimiter.is_none()) && looks_undivided =>
         {
             "\n  hint: the file is read with the delimiter `,` (a tab for a `.tsv` path), never sniffed: declare `delimiter` (e.g. `delimiter = \";\"`) if it uses another".to_string()
         }
         _ => String::new(),
     }
+}
+
+/// When the CSV external `m` (read with a header) could not be read because its file lacks
+/// columns its schema declares (the reader refuses declared types for columns the header does
+/// not name), the problem in efmesh's words: the file (or the glob), the missing columns, the
+/// columns the file has (read once more, without the declared types), and a hint. `None` when
+/// `m` is no such external, the file cannot be read even so, or it has every declared column
+/// (the failure was another one).
+fn missing_csv_columns(project: &Project, m: &Model, engine: &mut dyn Engine) -> Option<String> {
+    let Kind::External(ext @ External::Files { path, format: crate::core::FileFormat::Csv, csv, union_by_name, .. }) = &m.kind else { return None };
+    if csv.as_ref().and_then(|c| c.header) == Some(false) {
+        return None;
+    }
+    let root = project.config.root.clone();
+    let raw = format!("SELECT * FROM {}", ext.render(&|p| super::resolve::resolve_source_path(&root, p), &[]));
+    let found: Vec<String> = engine.describe(&raw).ok()?.into_iter().map(|c| c.name).collect();
+    // The reader matches declared names to the header's regardless of letter case.
+    let missing: Vec<String> = m.schema.0.iter().filter(|d| !found.iter().any(|f| f.eq_ignore_ascii_case(&d.name))).map(|d| d.name.clone()).collect();
+    if missing.is_empty() {
+        return None;
+    }
+    let glob = path.contains(['*', '?', '[', '{']);
+    let (what, has, columns) = if glob {
+        (format!("the CSV files matching `{path}`"), "have", "read together, their columns are")
+    } else {
+        (format!("the CSV file `{path}`"), "has", "its header names")
+    };
+    let hint = match delimiter_hint(m, Some(&found)) {
+        h if !h.is_empty() => h,
+        _ if glob && *union_by_name != Some(true) => {
+            "\n  hint: declare the columns as the files' headers name them; files whose headers differ are read by position unless `union_by_name = true`"
+                .to_string()
+        }
+        _ => "\n  hint: declare the columns as the file's header names them, or add the missing ones to the file".to_string(),
+    };
+    Some(format!(
+        "cannot read the source: {what} {has} no column{} {}, which the schema declares ({columns} {}){hint}",
+        if missing.len() == 1 { "" } else { "s" },
+        listed(&missing),
+        listed(&found)
+    ))
+}
+
+/// `names` as `` `a`, `b` ``, cut after the first 20 (`…, and 5 more`).
+fn listed(names: &[String]) -> String {
+    const SHOWN: usize = 20;
+    let mut out: Vec<String> = names.iter().take(SHOWN).map(|n| format!("`{n}`")).collect();
+    if names.len() > SHOWN {
+        out.push(format!("and {} more", names.len() - SHOWN));
+    }
+    out.join(", ")
 }
 
 /// True when the relation consumers read of external `m` casts its columns to their declared
@@ -142,11 +197,17 @@ pub fn check(project: &Project, physicals: &BTreeMap<ModelName, String>, pending
     }
     for (m, described) in sources.into_iter().zip(engine.describe_many(&raws)) {
         match described {
-            Err(e) => problems.push(problem(m, format!("cannot read the source: {}{}", first_line(&e.message), delimiter_hint(m)))),
+            Err(e) => {
+                // A file lacking declared columns is said in efmesh's words, naming them.
+                let message = missing_csv_columns(project, m, engine)
+                    .unwrap_or_else(|| format!("cannot read the source: {}{}", first_line(&e.message), delimiter_hint(m, None)));
+                problems.push(problem(m, message));
+            }
             Ok(actual) => {
+                let found: Vec<String> = actual.iter().map(|a| a.name.clone()).collect();
                 for d in &m.schema.0 {
                     match actual.iter().find(|a| a.name == d.name) {
-                        None => problems.push(problem(m, format!("declared column `{}` is not in the source{}", d.name, delimiter_hint(m)))),
+                        None => problems.push(problem(m, format!("declared column `{}` is not in the source{}", d.name, delimiter_hint(m, Some(&found))))),
                         Some(a) => {
                             let (want, got) = (TypeFamily::of(&d.ty), TypeFamily::of(&a.ty));
                             // A column the reader left untyped is cast by the relation consumers
@@ -410,6 +471,15 @@ mod tests {
         assert_eq!(column_type(&described, "flag", "char(3)"), "char(3)", "Postgres's `CHAR` would mean char(1)");
         assert_eq!(column_type(&described, "tags", "varchar[]"), "varchar[]");
         assert_eq!(column_type(&described, "absent", "bigint"), "bigint");
+    }
+
+    /// The columns a CSV file lacks or has are listed quoted, a long header cut after 20 names.
+    #[test]
+    fn listed_columns_are_quoted_and_a_long_list_is_cut() {
+        let names = |n: usize| (0..n).map(|i| format!("c{i}")).collect::<Vec<_>>();
+        assert_eq!(listed(&names(2)), "`c0`, `c1`");
+        let long = listed(&names(23));
+        assert!(long.starts_with("`c0`, `c1`") && long.ends_with("`c19`, and 3 more") && !long.contains("`c20`"), "{long}");
     }
 
     #[test]

@@ -49,12 +49,17 @@
 //! A fourth hook, `EFMESH_STATE_FAIL=<write>:<how>`, makes a state write fail with the error of
 //! a connection cut ([`state_write_point`]): `promote:committed` runs the promotion's state write
 //! and then reports it failed (its `COMMIT` landed, the answer was lost); `promote:refused`
-//! reports it failed without running it. `record-epoch:<point>` is the record of the engine
-//! epoch after the crash point `<point>` (`after-epoch-stamp`, the closing raise;
-//! `after-first-epoch-stamp`, the opening one): `record-epoch:after-epoch-stamp:refused` is an
-//! apply whose stamp was made and whose record failed (a full disk).
+//! reports it failed without running it; `promote:refused-once` only the first time the process
+//! reaches it (a `--retries` attempt after it writes normally). `record-epoch:<point>` is the
+//! record of the engine epoch after the crash point `<point>` (`after-epoch-stamp`, the closing
+//! raise; `after-first-epoch-stamp`, the opening one): `record-epoch:after-epoch-stamp:refused`
+//! is an apply whose stamp was made and whose record failed (a full disk). `done:<schema.table>`
+//! is the done record of a time-range model's batches after their engine commit
+//! (`done:t.daily:refused-once`: the first batch of `t.daily` committed, not recorded, the
+//! command failed transiently).
 
 use crate::state::{StateError, StateStore};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The environment variable naming the point at which the process aborts.
 pub const FAULT_ENV: &str = "EFMESH_FAULT";
@@ -107,10 +112,14 @@ pub fn lose_lock_point(name: &str, state: &dyn StateStore, lease: &str) {
 /// The environment variable of the state-write hook (see the module docs).
 pub const STATE_FAIL_ENV: &str = "EFMESH_STATE_FAIL";
 
+/// Set once a `refused-once` write was refused: the process writes normally from then on.
+static REFUSED_ONCE: AtomicBool = AtomicBool::new(false);
+
 /// Runs the state write `write`, named `name`, of the store `store` (as messages name it) —
 /// unless [`STATE_FAIL_ENV`] is `<name>:committed` (the write runs, then a transient error is
-/// returned, as when the connection dies after the server committed) or `<name>:refused` (the
-/// write does not run; the same error).
+/// returned, as when the connection dies after the server committed), `<name>:refused` (the
+/// write does not run; the same error) or `<name>:refused-once` (as `refused`, the first time
+/// the process reaches it only).
 ///
 /// # Errors
 /// The write's error, or the hook's.
@@ -132,6 +141,7 @@ pub fn state_write_point<T>(name: &str, store: &str, write: impl FnOnce() -> Res
             Err(cut("committed, its answer lost"))
         }
         Some("refused") => Err(cut("failed, nothing written")),
+        Some("refused-once") if !REFUSED_ONCE.swap(true, Ordering::SeqCst) => Err(cut("failed, nothing written (once)")),
         _ => write(),
     }
 }

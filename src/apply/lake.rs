@@ -412,7 +412,7 @@ fn publish_pending(
     match kept {
         Ok(recorded) => {
             if recorded {
-                report.intervals += done.len();
+                report.computed(&model.name, done.len());
             }
             Ok(took)
         }

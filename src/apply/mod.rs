@@ -87,6 +87,86 @@ pub struct Options {
     /// querying the catalog again, and a promotion that builds nothing takes the views'
     /// definitions for its undo from it (SPEC §4, invariant 27).
     pub catalog_at_open: Option<ProvenCatalog>,
+    /// What earlier attempts of the same command committed (`--retries`), shared by them: each
+    /// attempt that fails adds what it built and computed; the one that succeeds reports it with
+    /// its own ([`Committed`]). `None`: a single attempt.
+    pub committed: Option<std::sync::Arc<std::sync::Mutex<Committed>>>,
+}
+
+/// What the failed attempts of one `apply --retries N` or `run --retries N` committed: the
+/// models they built (or whose intervals they recorded done, the build unfinished), the embedded
+/// models they registered, and the intervals they computed, per model. A failed attempt returns
+/// no report, and the retry's plan no longer lists what it committed; the attempt that succeeds
+/// reports it with its own ([`Committed::merge_into`]), so `built` lists every model the command
+/// built or backfilled and `intervals` counts every interval it computed.
+#[derive(Debug, Default)]
+pub struct Committed {
+    /// Models built, or with intervals recorded done.
+    built: Vec<ModelName>,
+    /// Embedded models registered.
+    registered: Vec<ModelName>,
+    /// Intervals recorded done, per model (0 for a model built whole).
+    per_model: BTreeMap<String, usize>,
+    /// Intervals recorded done.
+    intervals: usize,
+}
+
+impl Committed {
+    /// What `report` (an attempt's, as far as it went) says was committed: its models built, and
+    /// those with intervals recorded done whose build did not finish.
+    fn of(report: &ApplyReport) -> Self {
+        let mut built = report.built.clone();
+        for name in report.per_model.keys() {
+            if let Ok(m) = ModelName::parse(name)
+                && !built.contains(&m)
+            {
+                built.push(m);
+            }
+        }
+        Self { built, registered: report.registered.clone(), per_model: report.per_model.clone(), intervals: report.intervals }
+    }
+
+    /// Adds what another attempt committed.
+    fn add(&mut self, other: Committed) {
+        for m in other.built {
+            if !self.built.contains(&m) {
+                self.built.push(m);
+            }
+        }
+        for m in other.registered {
+            if !self.registered.contains(&m) {
+                self.registered.push(m);
+            }
+        }
+        for (m, n) in other.per_model {
+            *self.per_model.entry(m).or_default() += n;
+        }
+        self.intervals += other.intervals;
+    }
+
+    /// `report` (the attempt that succeeded) with what the earlier attempts committed: their
+    /// models among its `built` and `registered` ones, each once, in `plan`'s (topological)
+    /// order; their intervals added to its counts.
+    fn merge_into(&self, report: &mut ApplyReport, plan: &Plan) {
+        for m in &self.built {
+            if !report.built.contains(m) {
+                report.built.push(m.clone());
+            }
+        }
+        for m in &self.registered {
+            if !report.registered.contains(m) {
+                report.registered.push(m.clone());
+            }
+        }
+        for (m, n) in &self.per_model {
+            *report.per_model.entry(m.clone()).or_default() += n;
+        }
+        report.intervals += self.intervals;
+        let position: HashMap<&ModelName, usize> = plan.actions.iter().enumerate().map(|(i, a)| (&a.name, i)).collect();
+        let at = |n: &ModelName| position.get(n).copied().unwrap_or(usize::MAX);
+        report.built.sort_by_key(|n| at(n));
+        report.registered.sort_by_key(|n| at(n));
+    }
 }
 
 /// A catalog proven to be the engine's own when the connection of an apply or a run opened
@@ -138,7 +218,8 @@ pub struct ApplyReport {
     /// Models whose audits the promotion did not run again: they passed on the same data (same
     /// version, same data generation, same audits; [`StateStore::audit_pass`]).
     pub audits_reused: Vec<ModelName>,
-    /// Intervals computed per model built (0 for a model built or refreshed whole).
+    /// Intervals computed per model built (0 for a model built or refreshed whole), or whose
+    /// intervals were recorded done (a build that failed part-way).
     #[serde(skip)]
     pub per_model: BTreeMap<String, usize>,
     /// The done intervals `run` recomputed for `auto_restatement_intervals`, per model (the
@@ -150,6 +231,14 @@ pub struct ApplyReport {
     /// next run or apply computes them; not counted in `intervals`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub restated_meanwhile: Vec<RestatedMeanwhile>,
+}
+
+impl ApplyReport {
+    /// Counts `n` grain intervals of `model` recorded done (in `intervals` and `per_model`).
+    pub(crate) fn computed(&mut self, model: &ModelName, n: usize) {
+        self.intervals += n;
+        *self.per_model.entry(model.to_string()).or_default() += n;
+    }
 }
 
 /// Intervals of a time-range model that an apply or run computed and committed but did not
@@ -205,7 +294,11 @@ fn record_done(
     seen: &mut i64,
     report: &mut ApplyReport,
 ) -> Result<bool, StateError> {
-    match state.mark_done_unless_moved(&snapshot.name, &snapshot.fingerprint, done, *seen, interval::now_millis())? {
+    // (The state write `done:<model>` of the test hook [`fault::state_write_point`].)
+    let marked = fault::state_write_point(&format!("done:{model}"), &state.location(), || {
+        state.mark_done_unless_moved(&snapshot.name, &snapshot.fingerprint, done, *seen, interval::now_millis())
+    })?;
+    match marked {
         DoneMark::Recorded { generation } => {
             *seen = generation;
             Ok(true)
@@ -413,6 +506,15 @@ pub fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
         cause = c.source();
     }
     text
+}
+
+/// `e` with the step the apply was at (`step`, naming the environment) before its message, for
+/// an engine failure that names no model (the statement alone does not say what it was for);
+/// still transient when it was, by the engine's mark or by its message (a lost connection, a
+/// lock: `--retries` retries it).
+fn in_step(step: &str, e: EngineError) -> EngineError {
+    let transient = e.transient || retry::is_transient_message(&e.message);
+    EngineError { message: format!("{step}: {}", e.message), transient, ..e }
 }
 
 /// The failures of [`ApplyError::Several`], each numbered, its lines indented.
@@ -1042,13 +1144,16 @@ fn execute_recorded(
     // would never be used, and the failure is reported without waiting for them.
     let stop = std::sync::atomic::AtomicBool::new(false);
     let cancel = early_db.as_ref().and_then(|db| db.canceller());
-    std::thread::scope(|scope| {
+    // With `--retries`: what this attempt committed, taken before the earlier attempts' is merged
+    // into its report (added to theirs if it fails after that).
+    let mut own: Option<Committed> = None;
+    let outcome = std::thread::scope(|scope| {
         let mut under_way = early_db.map(|db| {
             tracing::debug!(sources = early.len(), "audits of file sources run while the models are built");
             let (dispatch, stop) = (tracing::dispatcher::get_default(Clone::clone), &stop);
             scope.spawn(move || tracing::dispatcher::with_default(&dispatch, || run_early_audits(db, early, stop)))
         });
-        let outcome = (|| -> Result<ApplyReport, ApplyError> {
+        let outcome = (|| -> Result<(), ApplyError> {
             if refresh {
                 // Tables this environment shares with `prod`, which writes them under other
                 // audits: audited before anything is refreshed, so no model of this run computes
@@ -1087,15 +1192,22 @@ fn execute_recorded(
             report.built.sort_by_key(|n| at(n));
             report.registered.sort_by_key(|n| at(n));
             report.audits.0.sort_by_key(|r| at(&r.model));
+            // The models this attempt built (the report lists those of earlier attempts too, below).
+            let built_here: BTreeSet<ModelName> = report.built.iter().cloned().collect();
+            // What earlier attempts of a retried command committed (their plans' builds and
+            // intervals, which this attempt's plan no longer lists) is reported with this one's,
+            // journaled with the promotion, and read by the audits of what was written.
+            if let Some(committed) = &options.committed {
+                own = Some(Committed::of(&report));
+                committed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).merge_into(&mut report, plan);
+            }
 
             // `full` versions inheriting a table and not rebuilt: their parents are built now, so what
             // the inherited table was built from can be compared with what their sources hold.
             if plan.actions.iter().any(|a| a.reused_from.is_some() && a.kind == "full") {
                 let index = state.snapshot_index()?;
-                for action in plan
-                    .actions
-                    .iter()
-                    .filter(|a| a.change != Change::Removed && a.kind == "full" && a.reused_from.is_some() && !report.built.contains(&a.name))
+                for action in
+                    plan.actions.iter().filter(|a| a.change != Change::Removed && a.kind == "full" && a.reused_from.is_some() && !built_here.contains(&a.name))
                 {
                     let (Some(model), Some(from)) = (project.dag.get(&action.name), &action.reused_from) else { continue };
                     let snapshot = snapshot_record(crate::engine::dialect_for(&project.config), model, action, &action.physical.clone().unwrap_or_default())?;
@@ -1127,7 +1239,7 @@ fn execute_recorded(
                         failure: audit::AuditError::Failed(failures),
                     });
                 }
-                return Ok(report);
+                return Ok(());
             }
             // A thread that stopped (panicked) leaves its audits to the promotion, which runs them here.
             let early = under_way.take().and_then(|h| h.join().ok()).unwrap_or_default();
@@ -1141,7 +1253,7 @@ fn execute_recorded(
             if let Err(e) = record_memo(project, plan, state) {
                 tracing::warn!("cannot write the plan memo: {e}");
             }
-            Ok(report)
+            Ok(())
         })();
         if outcome.is_err()
             && let Some(handle) = under_way.take()
@@ -1155,7 +1267,13 @@ fn execute_recorded(
             let _ = handle.join();
         }
         outcome
-    })
+    });
+    if let (Err(_), Some(committed)) = (&outcome, &options.committed) {
+        // A later attempt reports what this one committed before it failed.
+        let mine = own.take().unwrap_or_else(|| Committed::of(&report));
+        committed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).add(mine);
+    }
+    outcome.map(|()| report)
 }
 
 /// The first pre/post statement of a model to build that may change its session
@@ -2165,9 +2283,10 @@ fn promote(
     let rollback = if statements.is_empty() {
         Vec::new()
     } else {
+        let step = || format!("reading the engine catalog before promoting `{}` (the views' definitions, for the promotion's undo record)", plan.env);
         let now = match known.and_then(|catalog| engine.view_definitions_in(catalog, &touched)) {
             Some(now) => now,
-            None => engine.view_definitions(&touched)?,
+            None => engine.view_definitions(&touched).map_err(|e| in_step(&step(), e))?,
         };
         let undo: Vec<String> = touched
             .iter()
@@ -3235,7 +3354,7 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                     // Refused when a restatement committed since the build began: not done then.
                     if record_done(state, &model.name, snapshot, &done, seen, self.report)? {
                         *writes += 1;
-                        self.report.intervals += done.len();
+                        self.report.computed(&model.name, done.len());
                         flight.intervals += done.len();
                     }
                 }
@@ -3267,6 +3386,20 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An engine failure outside any model's build says what the apply was doing, before the
+    /// engine's words and the statement; a transient one stays transient (`--retries` retries
+    /// it), whether the engine marked it or its message says so.
+    #[test]
+    fn a_failed_step_is_named_and_stays_as_transient_as_it_was() {
+        let step = "reading the engine catalog before promoting `dev`";
+        let lost = in_step(step, EngineError::new("SELECT 1", "connection closed").transient());
+        assert_eq!(lost.to_string(), "engine error: reading the engine catalog before promoting `dev`: connection closed\n  while running: SELECT 1");
+        assert!(ApplyError::Engine(lost).is_transient());
+        let io = in_step(step, EngineError::new("SELECT 1", "IO Error: Could not read from file \"x.duckdb\": Resource temporarily unavailable"));
+        assert!(ApplyError::Engine(io).is_transient(), "judged by the engine's message before the step was named");
+        assert!(!ApplyError::Engine(in_step(step, EngineError::new("SELECT 1", "Binder Error: nope"))).is_transient());
+    }
 
     #[test]
     fn each_of_several_failures_keeps_its_cause() {

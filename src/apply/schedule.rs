@@ -247,7 +247,6 @@ pub(crate) fn schedule<'p>(b: &mut dyn Builds<'p>, deps: &[Vec<usize>], parallel
                     // recorded before the next one begins: a process stopped at any instant
                     // leaves at most one committed transaction per model unrecorded (SPEC §4
                     // invariant 45), and a model whose record failed runs no further one.
-                    let (ack_tx, ack_rx) = mpsc::sync_channel::<bool>(1);
                     loop {
                         let next = match jobs.lock() {
                             Ok(rx) => rx.recv(),
@@ -256,7 +255,10 @@ pub(crate) fn schedule<'p>(b: &mut dyn Builds<'p>, deps: &[Vec<usize>], parallel
                         let Ok((item, job)) = next else { break };
                         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                             run_job(&mut *worker, &job, &mut |k, rs| {
-                                reports.send(Report::Step(item, k, rs, ack_tx.clone())).is_ok() && ack_rx.recv().unwrap_or(false)
+                                // A channel per report, its sender in the report alone: a report
+                                // dropped unanswered (the calling thread unwinding) stops the job.
+                                let (ack_tx, ack_rx) = mpsc::sync_channel::<bool>(1);
+                                reports.send(Report::Step(item, k, rs, ack_tx)).is_ok() && ack_rx.recv().unwrap_or(false)
                             });
                         }));
                         // A worker that panicked may hold a transaction open: it takes no more work.

@@ -651,6 +651,9 @@ fn apply_locked(
             tracing::warn!(env = %env, "the state store changed while waiting for the lock of `{env}`; planning again (applied only if it leads to the same versions)");
         }
         let mut first = if waited && moved { None } else { Some(plan) };
+        // What a failed attempt built stays built, and the next attempt's plan no longer lists
+        // it: the attempt that succeeds reports it too.
+        let committed = std::sync::Arc::new(std::sync::Mutex::new(apply::Committed::default()));
         crate::apply::retry::with_retries(flags.retries, &format!("apply `{env}`"), |attempt| {
             // A failed attempt may have left its promotion's intent (a view swap that failed
             // transiently may have landed): undone before trying again.
@@ -669,7 +672,8 @@ fn apply_locked(
                     again
                 }
             };
-            crate::session::apply_recorded(project, &plan, state, &apply::Options { applied_by: applied_by(), jobs: flags.jobs, ..Default::default() })
+            let options = apply::Options { applied_by: applied_by(), jobs: flags.jobs, committed: Some(committed.clone()), ..Default::default() };
+            crate::session::apply_recorded(project, &plan, state, &options)
         })
     })();
     guard.release(state);

@@ -237,6 +237,9 @@ fn committed(state: &dyn StateStore, planned: &Planned, since: Millis) -> BTreeM
 fn tick(project: &Project, state: &dyn StateStore, env: &str, retries: u32, jobs: usize, now: Millis, planned: &mut Planned) -> Result<Ticked> {
     // Under the lock, a promotion recorded as under way is an interrupted one: undo it first.
     crate::session::recover_interrupted(project, state)?;
+    // What a failed attempt computed stays done, and the next attempt's plan no longer lists it:
+    // the attempt that succeeds reports it too.
+    let committed = std::sync::Arc::new(std::sync::Mutex::new(crate::apply::Committed::default()));
     with_retries(retries, &format!("run `{env}`"), |attempt| {
         // A failed attempt may have left its promotion's intent: undone before trying again.
         if attempt > 0 {
@@ -261,7 +264,7 @@ fn tick(project: &Project, state: &dyn StateStore, env: &str, retries: u32, jobs
         // The signals' queries are read-only and rolled back; the catalog proven at the open is
         // still checked against the file after them (in depth).
         let catalog_at_open = catalog_at_open.filter(crate::apply::ProvenCatalog::still_current);
-        let options = crate::apply::Options { applied_by: applied_by(), jobs, catalog_at_open };
+        let options = crate::apply::Options { applied_by: applied_by(), jobs, catalog_at_open, committed: Some(committed.clone()) };
         for a in plan.actions.iter().filter(|a| !a.backfill.is_empty()) {
             planned.entry((a.name.to_string(), a.fingerprint.as_str().to_string())).or_default().extend(a.backfill.iter().copied());
         }

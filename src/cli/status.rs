@@ -766,9 +766,11 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 if writers.len() == 1 { "s" } else { "" }
             ));
         }
+        // Recorded before anything is written: what the record names may never have happened
+        // (the command stopped first), so the reason says what that command was to do.
         for p in &pending {
             text.push_str(&format!(
-                "  … {}  rebuild pending since {} ({}); the next run or apply rebuilds it (outside prod, not while another environment shares its table)\n",
+                "  … {}  rebuild pending since {}: an apply or run decided it ({}) and stopped before rebuilding it; the next run or apply rebuilds it (outside prod, not while another environment shares its table)\n",
                 p.name, p.recorded_at, p.reason
             ));
         }

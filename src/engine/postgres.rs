@@ -276,9 +276,12 @@ impl Postgres {
                 if let Some(detail) = db.detail() {
                     m.push_str(&format!("\n  detail: {}", detail.replace('\n', "\n    ")));
                 }
+                let ours = refusal_hint(db.code(), db.message(), !self.read_only, &self.location, (self.config.get_user(), self.config.get_dbname()));
                 if *db.code() == postgres::error::SqlState::DEPENDENT_OBJECTS_STILL_EXIST {
                     // The server suggests `CASCADE`, which would drop what others serve.
                     m.push_str("\n  hint: drop or re-point the dependent views named above first (efmesh never drops with CASCADE)");
+                } else if let Some(hint) = ours {
+                    m.push_str(&format!("\n  hint: {hint}"));
                 } else if let Some(hint) = db.hint() {
                     m.push_str(&format!("\n  hint: {hint}"));
                 }
@@ -403,6 +406,39 @@ pub fn bound_lock_waits(writes_nothing: bool) {
 /// The switch [`bound_lock_waits`] set.
 fn lock_waits_bounded() -> bool {
     LOCK_WAITS_BOUNDED.load(Ordering::Relaxed)
+}
+
+/// efmesh's hint for the server's refusal `code` (`message`, its text) on a session of the engine
+/// database `location` (as messages name it: no password) connected as `role` to `database`,
+/// where it knows what to do better than the server: a writing session (`writes`) that is
+/// read-only by its role's or database's default (`default_transaction_read_only`), or on a
+/// standby; a role without `CREATE` on the database, where efmesh creates its schemas. `None`
+/// otherwise.
+fn refusal_hint(
+    code: &postgres::error::SqlState,
+    message: &str,
+    writes: bool,
+    location: &str,
+    (role, database): (Option<&str>, Option<&str>),
+) -> Option<String> {
+    use postgres::error::SqlState;
+    let role = role.map_or_else(|| "<role>".to_string(), quote_ident);
+    if writes && *code == SqlState::READ_ONLY_SQL_TRANSACTION {
+        return Some(format!(
+            "efmesh writes the engine database `{location}`, and this session is read-only: its role or database defaults to read-only transactions \
+             (`default_transaction_read_only` is on; `ALTER ROLE {role} SET default_transaction_read_only = off` lifts it), or the server is a read-only \
+             standby (connect to the primary)"
+        ));
+    }
+    if *code == SqlState::INSUFFICIENT_PRIVILEGE && message.starts_with("permission denied for database") {
+        let database = database.map_or_else(|| "<database>".to_string(), quote_ident);
+        return Some(format!(
+            "efmesh creates its schemas (`{META_SCHEMA}`, `{}`, one per environment and model schema) in the engine database `{location}`: its role \
+             needs CREATE there (`GRANT CREATE ON DATABASE {database} TO {role}`)",
+            crate::core::name::PHYSICAL_SCHEMA
+        ));
+    }
+    None
 }
 
 /// The statements that set up every engine session: UTC, notices, standard strings; a
@@ -802,6 +838,24 @@ impl Engine for Postgres {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A writing session read-only by its role's default, and a role without `CREATE` on the
+    /// engine database, get a hint naming the setting, or the privilege and the database (its
+    /// URL without a password); other refusals, and a read-only session's own, get none.
+    #[test]
+    fn refusals_efmesh_knows_the_remedy_of_get_a_hint_naming_it() {
+        use postgres::error::SqlState;
+        let location = "postgres://etl@db:5432/eng2";
+        let who = (Some("etl"), Some("eng2"));
+        let read_only = "cannot execute CREATE SCHEMA in a read-only transaction";
+        let hint = refusal_hint(&SqlState::READ_ONLY_SQL_TRANSACTION, read_only, true, location, who).unwrap_or_default();
+        assert!(hint.contains("default_transaction_read_only") && hint.contains(location) && hint.contains("ALTER ROLE \"etl\""), "{hint}");
+        assert_eq!(refusal_hint(&SqlState::READ_ONLY_SQL_TRANSACTION, read_only, false, location, who), None, "a read-only session of efmesh's own");
+        let hint = refusal_hint(&SqlState::INSUFFICIENT_PRIVILEGE, "permission denied for database eng2", true, location, who).unwrap_or_default();
+        assert!(hint.contains(location) && hint.contains("GRANT CREATE ON DATABASE \"eng2\" TO \"etl\""), "{hint}");
+        assert_eq!(refusal_hint(&SqlState::INSUFFICIENT_PRIVILEGE, "permission denied for table t", true, location, who), None);
+        assert_eq!(refusal_hint(&SqlState::UNDEFINED_TABLE, "relation \"t\" does not exist", true, location, who), None);
+    }
 
     /// The lock timeout is set on the read-only sessions of a command that writes nothing
     /// ([`bound_lock_waits`]) and on no other session: a writer's catalog reads wait for their

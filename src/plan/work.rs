@@ -31,6 +31,9 @@ pub struct Work<'p> {
     pub work: Vec<&'p Action>,
     /// `(name, fingerprint, reason)` of the `full`/`view` versions rebuilt because they are
     /// downstream of new data (or were marked): recorded as pending before anything is written.
+    /// The reason stays true of a command that stopped before the parent's new data was
+    /// written (`downstream of t.daily, whose new intervals that command was to compute`):
+    /// `status` shows it while the record stays.
     pub rebuilds: Vec<(String, String, String)>,
     /// The writes beyond the plan's builds and backfills: rebuilds downstream and refreshes.
     pub refreshes: Vec<Refresh>,
@@ -171,16 +174,26 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
             }
             _ => false,
         };
+        // Why, as the plan says it, and as the pending record keeps it: recorded before the
+        // parent's new data is written, it may outlive a command that never wrote it.
+        let mut rebuild_note = None;
         if downstream {
-            let reason = match (&cause, ticked) {
-                (Some(p), _) if project.dag.get(p).is_some_and(|m| m.kind.time_range().is_some()) => format!("downstream of new intervals of {p}"),
-                (Some(p), _) => format!("downstream of the refresh of {p}"),
-                (None, Some(t)) if !a.rebuild => {
-                    format!("its cron `{}` ticked at {}", model.and_then(|m| m.cron.as_deref()).unwrap_or_default(), interval::to_iso(t))
+            let (said, recorded) = match (&cause, ticked) {
+                (Some(p), _) if project.dag.get(p).is_some_and(|m| m.kind.time_range().is_some()) => {
+                    (format!("downstream of new intervals of {p}"), format!("downstream of {p}, whose new intervals that command was to compute"))
                 }
-                _ => a.rebuild_reason.clone().unwrap_or_else(|| "an earlier apply or run stopped before rebuilding it".to_string()),
+                (Some(p), _) => (format!("downstream of the refresh of {p}"), format!("downstream of {p}, which that command was to refresh")),
+                (None, Some(t)) if !a.rebuild => {
+                    let r = format!("its cron `{}` ticked at {}", model.and_then(|m| m.cron.as_deref()).unwrap_or_default(), interval::to_iso(t));
+                    (r.clone(), r)
+                }
+                _ => {
+                    let r = a.rebuild_reason.clone().unwrap_or_else(|| "an earlier apply or run stopped before rebuilding it".to_string());
+                    (r.clone(), r)
+                }
             };
-            rebuilds.push((a.name.to_string(), a.fingerprint.as_str().to_string(), reason));
+            rebuilds.push((a.name.to_string(), a.fingerprint.as_str().to_string(), recorded));
+            rebuild_note = Some(said);
         }
         // A unique-key, partition or SCD type 2 model is refreshed by `run`, and by `apply` too
         // when a parent has new data here (it would otherwise keep rows its time-range children
@@ -234,8 +247,7 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
         }
         // A marked rebuild is in the plan already.
         if downstream && !a.rebuild {
-            let reason = rebuilds.last().map(|r| r.2.clone()).unwrap_or_default();
-            refreshes.push(Refresh { model: a.name.clone(), note: format!("rebuild: {reason}") });
+            refreshes.push(Refresh { model: a.name.clone(), note: format!("rebuild: {}", rebuild_note.unwrap_or_default()) });
         }
         if a.build || a.register || !a.backfill.is_empty() || refreshed_here || downstream {
             // In `apply`, a new version of a parent does not make its children's existing

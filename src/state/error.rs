@@ -194,6 +194,11 @@ impl StateError {
             StateError::Version { .. } => Some("the store was written by a newer efmesh; upgrade efmesh to use it"),
             StateError::LeaseLost { .. } => Some("the lock expired while this process was stalled; run the command again"),
             StateError::Reclaimed { .. } => Some("plan again: the plan then rebuilds what the janitor dropped"),
+            StateError::Open { source, .. } | StateError::Backend { source, .. } if read_only(source.as_ref()) => Some(
+                "the state store's session is read-only: its role or database defaults to read-only transactions (`default_transaction_read_only` is on; \
+                 `ALTER ROLE <role> SET default_transaction_read_only = off` lifts it), or the server is a read-only standby; efmesh writes the store: \
+                 connect as a role that may write, to the primary",
+            ),
             StateError::Open { source, .. } if unreachable(source.as_ref()) => Some(
                 "the state store's server cannot be reached or refused the connection (not running, starting or shutting down, out of connections, \
                  or the URL names another host or port): check that it runs and the URL, then run the command again",
@@ -211,6 +216,16 @@ impl StateError {
 /// down or starting (not another process's lock).
 fn lost_connection(e: &(dyn std::error::Error + Send + Sync + 'static)) -> bool {
     e.downcast_ref::<postgres::Error>().is_some_and(crate::pg::connection_trouble)
+}
+
+/// True when `e` is the server's refusal to write in a read-only transaction (SQLSTATE 25006,
+/// `cannot execute … in a read-only transaction`): the session defaults to read-only (the role's
+/// or the database's `default_transaction_read_only`), or the server is a standby. Also judged by
+/// the server's words, for an opening failure, whose source keeps only the text.
+fn read_only(e: &(dyn std::error::Error + Send + Sync + 'static)) -> bool {
+    use postgres::error::SqlState;
+    let coded = e.downcast_ref::<postgres::Error>().and_then(postgres::Error::code).is_some_and(|c| *c == SqlState::READ_ONLY_SQL_TRANSACTION);
+    coded || crate::pg::scrubbed(e, None).contains("in a read-only transaction")
 }
 
 /// True when `e`, the source of a [`StateError::Open`], says the connection could not be made
@@ -249,7 +264,13 @@ mod tests {
             transient: true,
         };
         assert_eq!(busy.hint(), Some("another efmesh process is writing the state store; retry when it is done"));
-        let busy_open = StateError::Open { store, source: "database is locked".into(), transient: true };
+        let busy_open = StateError::Open { store: store.clone(), source: "database is locked".into(), transient: true };
         assert_eq!(busy_open.hint(), Some("another efmesh process is writing the state store; retry when it is done"));
+        // A session read-only by default (the role's `default_transaction_read_only`, a standby):
+        // the setting is named, not another process.
+        let refused = StateError::Open { store, source: "db error: ERROR: cannot execute CREATE TABLE in a read-only transaction".into(), transient: false };
+        let hint = refused.hint().unwrap_or_default();
+        assert!(hint.contains("default_transaction_read_only") && hint.contains("standby"), "{hint}");
+        assert!(!hint.contains("another efmesh process"), "{hint}");
     }
 }

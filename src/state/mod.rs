@@ -952,7 +952,9 @@ pub struct PendingRebuild {
     pub name: String,
     /// The version to rebuild.
     pub fingerprint: String,
-    /// Why, for `status` (e.g. `downstream of new intervals of t.daily`).
+    /// Why, for `status`, as the apply or run that decided it said it before writing anything
+    /// (e.g. `downstream of t.daily, whose new intervals that command was to compute`: they may
+    /// never have been, when it stopped first).
     pub reason: String,
     /// When it was recorded: ISO-8601 UTC with milliseconds.
     pub recorded_at: String,

@@ -191,8 +191,10 @@ crate::on_every_engine_and_state_backend!(
 crate::on_every_engine!(
     run_rebuilds_full_models_downstream_of_a_refreshed_model,
     a_rebuild_interrupted_after_the_parent_batch_is_done_by_the_next_run_or_apply,
+    a_pending_rebuild_left_by_a_run_that_recorded_no_new_interval_does_not_claim_one,
     status_check_exit_codes_for_each_state,
     retries_cure_transient_failures_and_never_retry_sql_errors,
+    a_retried_command_reports_what_its_failed_attempts_built,
     restate_then_apply_recomputes_the_month_in_the_parent_the_child_and_the_full_rollup,
     restate_is_refused_while_the_project_differs_from_the_environment,
     restate_of_a_non_prod_environment_is_refused_on_versions_prod_serves,
@@ -321,6 +323,14 @@ fn a_rebuild_interrupted_after_the_parent_batch_is_done_by_the_next_run_or_apply
         let status = p.run(&["status", "prod", "--json"]).expect_code(0).json();
         let pending: Vec<&str> = status["pendingRebuilds"].as_array().unwrap().iter().filter_map(|r| r["name"].as_str()).collect();
         assert_eq!(pending, vec!["t.rollup"], "{status:#}");
+        let text = p.run(&["status", "prod"]).expect_code(0).stdout.clone();
+        assert!(
+            text.contains("t.rollup  rebuild pending since")
+                && text.contains(
+                    "an apply or run decided it (downstream of t.daily, whose new intervals that command was to compute) and stopped before rebuilding it"
+                ),
+            "{text}"
+        );
         if args[0] == "apply" {
             let plan = p.run(&["plan", "prod"]);
             plan.expect_code(0);
@@ -333,6 +343,42 @@ fn a_rebuild_interrupted_after_the_parent_batch_is_done_by_the_next_run_or_apply
         let status = p.run(&["status", "prod", "--json"]).expect_code(0).json();
         assert_eq!(status["pendingRebuilds"], serde_json::json!([]), "{status:#}");
     }
+}
+
+/// A `run` that failed before its time-range parent's new interval was recorded (the done record
+/// refused) leaves the rollup's rebuild pending — recorded before anything is written, so that a
+/// kill after the parent's commit leaves it too — and `status` says what the run was to do,
+/// never that the parent got new intervals; the next run computes the interval and rebuilds the
+/// rollup.
+fn a_pending_rebuild_left_by_a_run_that_recorded_no_new_interval_does_not_claim_one(engine: EngineBackend) {
+    let mut p = ops_project(engine, 1);
+    p.now = "2026-02-10T00:00:00Z".into();
+    p.apply("prod");
+    p.now = "2026-02-11T00:00:00Z".into();
+    let r = with_state_fail(&p, &["run", "prod", "--jobs", "1"], "done:t.daily:refused");
+    r.expect_code(1);
+    assert!(r.stderr.contains("the state write `done:t.daily` failed"), "the test hook did not run: {r:#?}");
+    let s = p.store().expect("a state store");
+    let fp = s.env_pointers("prod").unwrap()["t.daily"].clone();
+    assert_eq!(s.ledger_stats("t.daily", &fp).unwrap().done as i64, days_until("2026-02-10"), "no new interval of t.daily is recorded");
+    drop(s);
+    let status = p.run(&["status", "prod", "--json"]).expect_code(0).json();
+    let rollup = status["pendingRebuilds"].as_array().unwrap().iter().find(|r| r["name"] == "t.rollup").cloned();
+    assert_eq!(rollup.map(|r| r["reason"].clone()), Some(Value::from("downstream of t.daily, whose new intervals that command was to compute")), "{status:#}");
+    let text = p.run(&["status", "prod"]).expect_code(0).stdout.clone();
+    assert!(!text.contains("new intervals of t.daily"), "t.daily got no new interval: {text}");
+    assert!(
+        text.contains("t.rollup  rebuild pending since")
+            && text.contains(
+                "an apply or run decided it (downstream of t.daily, whose new intervals that command was to compute) and stopped before rebuilding it"
+            ),
+        "{text}"
+    );
+    let v = p.run(&["run", "prod", "--json"]).expect_code(0).json();
+    assert!(string_set(&v["processed"]).is_superset(&set(&["t.daily", "t.rollup"])), "{v:#}");
+    assert_consistent(&p, "prod", "2026-02-11", 1, "after the second run");
+    let status = p.run(&["status", "prod", "--json"]).expect_code(0).json();
+    assert_eq!(status["pendingRebuilds"], serde_json::json!([]), "{status:#}");
 }
 
 /// kill -9 at seeded random moments of `apply` and of `run`, then the same command again: the
@@ -562,6 +608,83 @@ fn retries_cure_transient_failures_and_never_retry_sql_errors(engine: EngineBack
     let cast_error = if p.on_postgres() { "invalid input syntax for type bigint: \"x1\"" } else { "Conversion Error" };
     assert!(r.stderr.contains(cast_error), "{r:#?}");
     assert_eq!(r.stderr.matches("retrying").count(), 0, "{r:#?}");
+}
+
+/// A second time-range model below `t.daily` (appended to [`models`]: `daily` is its local).
+const MORE: &str = r#"
+define_model {
+  name = "t.more",
+  kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01", grain = "day", batch_size = 1 },
+  schema = { { "day", "timestamp" }, { "v", "bigint" } },
+  query = "SELECT day, v FROM " .. ref(daily),
+}
+"#;
+
+/// `efmesh <args>` with the test hook `EFMESH_STATE_FAIL=<how>` (a state write failing with a
+/// lost connection's error).
+fn with_state_fail(p: &Project, args: &[&str], how: &str) -> Run {
+    let out = p.command(args).env("EFMESH_STATE_FAIL", how).output().expect("spawn efmesh");
+    Run::from_output(out, format!("EFMESH_STATE_FAIL={how} efmesh {}", args.join(" ")))
+}
+
+/// The models an apply's plan (its `--json` report's `plan`) builds, and the intervals it computes.
+fn planned(v: &Value) -> (BTreeSet<String>, u64) {
+    let actions = v["plan"]["actions"].as_array().expect("actions");
+    let builds = actions.iter().filter(|a| a["build"] == true).filter_map(|a| a["name"].as_str()).map(str::to_string).collect();
+    (builds, actions.iter().filter_map(|a| a["intervals"].as_u64()).sum())
+}
+
+/// `apply --retries` and `run --retries` whose first attempt built models and then failed with a
+/// transient error (the done record of a later model's first batch, or the promotion's state
+/// write, refused once): the retry's plan no longer lists what the failed attempt committed, yet
+/// `built` (`processed` for `run`, and the run's journal) lists every model the command built or
+/// backfilled, each once, and `intervals` counts every interval it computed, as its plan said.
+fn a_retried_command_reports_what_its_failed_attempts_built(engine: EngineBackend) {
+    let mut p = ops_project(engine, 1);
+    write_models(&p, &format!("{}{MORE}", models(1)));
+    p.now = "2026-02-10T00:00:00Z".into();
+    // One job: `t.daily` is built (all its intervals recorded) before `t.more`, whose first
+    // record fails; the retry computes `t.more` alone.
+    let r = with_state_fail(&p, &["apply", "dev", "--yes", "--json", "--jobs", "1", "--retries", "2"], "done:t.more:refused-once");
+    r.expect_code(0);
+    assert!(r.stderr.contains("the state write `done:t.more` failed"), "the test hook did not run: {r:#?}");
+    assert_eq!(r.stderr.matches("retrying").count(), 1, "{r:#?}");
+    let v = r.json();
+    let (builds, intervals) = planned(&v);
+    assert_eq!(builds, set(&["m.latest", "m.sum", "t.daily", "t.more", "t.rollup"]), "{v:#}");
+    let built: Vec<&str> = v["built"].as_array().expect("built").iter().filter_map(Value::as_str).collect();
+    assert_eq!(built.iter().map(|b| b.to_string()).collect::<BTreeSet<_>>(), builds, "every model the plan builds is reported built: {v:#}");
+    assert_eq!(built.len(), builds.len(), "each once: {v:#}");
+    let at = |m: &str| built.iter().position(|b| *b == m);
+    assert!(at("t.daily") < at("t.more") && at("t.daily") < at("t.rollup"), "in topological order: {v:#}");
+    assert_eq!((v["intervals"].as_u64(), intervals), (Some(2 * days_until("2026-02-10") as u64), 2 * days_until("2026-02-10") as u64), "{v:#}");
+
+    // `run`: three more days; the first attempt computes them in `t.daily`, then the record of
+    // `t.more`'s first batch is refused.
+    p.now = "2026-02-13T00:00:00Z".into();
+    let r = with_state_fail(&p, &["run", "dev", "--json", "--jobs", "1", "--retries", "2"], "done:t.more:refused-once");
+    r.expect_code(0);
+    assert!(r.stderr.contains("the state write `done:t.more` failed"), "the test hook did not run: {r:#?}");
+    let v = r.json();
+    assert!(string_set(&v["processed"]).is_superset(&set(&["t.daily", "t.more", "t.rollup"])), "{v:#}");
+    assert_eq!(v["intervals"], 6, "three days of `t.daily` (the failed attempt), three of `t.more`: {v:#}");
+    let status = p.run(&["status", "dev", "--json"]).expect_code(0).json();
+    let processed = &status["ticks"][0]["processed"];
+    assert_eq!((processed["t.daily"].as_u64(), processed["t.more"].as_u64()), (Some(3), Some(3)), "the journal too: {status:#}");
+
+    // A promotion whose state write failed once (everything was built): the retry builds nothing
+    // and promotes, reporting what the first attempt built.
+    write_models(&p, &format!("{}{MORE}", models(2)));
+    let r = with_state_fail(&p, &["apply", "dev", "--yes", "--json", "--retries", "1"], "promote:refused-once");
+    r.expect_code(0);
+    assert!(r.stderr.contains("the state write `promote` failed"), "the test hook did not run: {r:#?}");
+    let v = r.json();
+    let (builds, intervals) = planned(&v);
+    assert_eq!(builds, set(&["t.daily", "t.more", "t.rollup"]), "{v:#}");
+    assert_eq!(string_set(&v["built"]), builds, "{v:#}");
+    assert_eq!((v["intervals"].as_u64(), intervals), (Some(2 * days_until("2026-02-13") as u64), 2 * days_until("2026-02-13") as u64), "{v:#}");
+    assert_eq!(v["promoted"], true, "{v:#}");
+    assert_eq!(p.plan("dev")["hasChanges"], false);
 }
 
 /// Fixtures of every earlier state layout (`tests/fixtures/state-v<N>.sql`, written from the

@@ -389,6 +389,41 @@ fn long_names_fit_postgres_identifiers_or_are_refused_by_name() {
     assert!(message.contains(&format!("`{env}__")) && message.contains("63 bytes") && message.contains("models/"), "{v:#}");
 }
 
+/// A role without `CREATE` on the Postgres engine database: `apply` fails before anything is
+/// built, with the server's refusal and a hint naming the engine database by its URL (no
+/// password) and the grant efmesh needs there.
+#[test]
+fn a_role_without_create_on_the_engine_database_is_told_what_to_grant_where() {
+    let Some(t) = pg::fresh_database() else { return };
+    let Some(database) = t.url.parse::<postgres::Config>().ok().and_then(|c| c.get_dbname().map(str::to_string)) else {
+        return eprintln!("SKIPPED: the test URL names no database");
+    };
+    let role = format!("{database}_nocreate");
+    let mut admin = t.client();
+    if let Err(e) = admin.batch_execute(&format!("CREATE ROLE {role} LOGIN")) {
+        // A server given by EFMESH_TEST_PG_URL may not let this test create roles.
+        return eprintln!("SKIPPED: cannot create a role on the test Postgres: {e}");
+    }
+    let may_create: bool = admin.query_one("SELECT has_database_privilege($1, current_database(), 'CREATE')", &[&role]).unwrap().get(0);
+    assert!(!may_create, "the role must lack CREATE on the database for this test to prove anything");
+    let url = match t.url.split_once("://").and_then(|(scheme, rest)| Some((scheme, rest.split_once('@')?.1))) {
+        Some((scheme, host)) => format!("{scheme}://{role}@{host}"),
+        None => return eprintln!("SKIPPED: the test URL has no user part"),
+    };
+    let p = portable_project(EngineBackend::Postgres(pg::PgTarget { url: url.clone(), schema: String::new() }));
+    let r = p.run(&["apply", "dev", "--yes", "--json"]);
+    r.expect_code(1);
+    let v = r.json();
+    let (message, hint) = (v["error"]["message"].as_str().unwrap_or_default(), v["error"]["hint"].as_str().unwrap_or_default());
+    assert!(message.contains(&format!("permission denied for database {database}")), "{v:#}");
+    let location = efmesh::pg::describe_url(&url).expect("the URL parses");
+    assert!(
+        hint.contains(&format!("engine database `{location}`")) && hint.contains(&format!("GRANT CREATE ON DATABASE \"{database}\" TO \"{role}\"")),
+        "{v:#}"
+    );
+    assert!(p.physical_tables().is_empty(), "nothing was built");
+}
+
 #[test]
 fn an_unset_engine_url_is_named_with_the_config_file_and_nothing_else_is_shown() {
     let Some(t) = pg::fresh_database() else { return };

@@ -112,6 +112,37 @@ fn csv_externals_are_read_with_the_default_delimiter_and_skip_no_record() {
     assert!(r.stderr.contains("m.sum") || r.stderr.contains("raw.parts"), "{}", r.stderr);
 }
 
+/// A CSV external whose file lacks columns its schema declares is refused by the contract in
+/// efmesh's words, never the reader's (`Binder Error: COLUMN_TYPES error: …`): the external's
+/// file:line, the CSV file, the missing columns and those the header names, with no hint about
+/// the delimiter when the header was split into several columns; a file separated by `;` (read
+/// with `,`: one column named like the whole header) keeps that hint.
+#[test]
+fn a_csv_external_lacking_declared_columns_names_the_file_and_its_columns() {
+    let p = Project::new();
+    p.write("data/e.csv", "k,w\n1,10\n");
+    let schema = r#"{ { "k", "varchar" }, { "v", "bigint" }, { "x", "bigint" } }"#;
+    write_models(&p, r#"path = "data/e.csv""#, schema, "SELECT k, v AS n FROM ]] .. ref(\"raw.parts\") .. [[");
+    let r = p.run(&["apply", "dev", "--yes"]);
+    r.expect_code(1);
+    let line = r.stderr.lines().find(|l| l.contains("model `raw.parts`")).unwrap_or_else(|| panic!("{}", r.stderr));
+    assert!(
+        line.contains(
+            "models/raw.lua:1: model `raw.parts`: cannot read the source: the CSV file `data/e.csv` has no columns `v`, `x`, which the schema declares (its header names `k`, `w`)"
+        ),
+        "{line}"
+    );
+    assert!(!r.stderr.contains("COLUMN_TYPES") && !r.stderr.contains("Binder Error"), "the reader's words: {}", r.stderr);
+    assert!(!r.stderr.contains("declare `delimiter`"), "the header was split into columns: the delimiter is right: {}", r.stderr);
+    assert!(r.stderr.contains("hint: declare the columns as the file's header names them"), "{}", r.stderr);
+
+    p.write("data/e.csv", "k;v;x\n1;2;3\n");
+    let r = p.run(&["apply", "dev", "--yes"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("has no columns `k`, `v`, `x`, which the schema declares (its header names `k;v;x`)"), "{}", r.stderr);
+    assert!(r.stderr.contains("declare `delimiter`"), "{}", r.stderr);
+}
+
 /// The quote is RFC 4180's whatever the first rows hold: a file quoting nothing in the rows
 /// DuckDB samples (20 480) and quoting fields after them is read with `"` as the quote, so
 /// `"q"` is `q` and a quoted empty field is NULL (it was read with no quote at all: the quotes

@@ -961,6 +961,37 @@ fn a_role_owning_a_schema_made_for_it_creates_the_store_there_without_create_on_
     assert_eq!(owner, role);
 }
 
+/// A role whose transactions are read-only by default (`ALTER ROLE … SET
+/// default_transaction_read_only = on`): the store's writes (the environment's lock first) fail
+/// with the server's refusal and a hint naming that setting, never the hint about another
+/// process writing; a store not created yet is refused so at its opening.
+#[test]
+fn a_role_read_only_by_default_is_told_about_default_transaction_read_only() {
+    let Some(target) = pg::fresh() else { return };
+    let role = format!("{}_ro", target.schema);
+    let mut admin = target.client();
+    let made = format!("CREATE ROLE {role} LOGIN; CREATE SCHEMA {0} AUTHORIZATION {role}; CREATE SCHEMA {0}_b AUTHORIZATION {role}", target.schema);
+    if let Err(e) = admin.batch_execute(&made) {
+        // A server given by EFMESH_TEST_PG_URL may not let this test create roles.
+        return eprintln!("SKIPPED: cannot create a role on the test Postgres: {e}");
+    }
+    let url = match target.url.split_once("://").and_then(|(scheme, rest)| Some((scheme, rest.split_once('@')?.1))) {
+        Some((scheme, host)) => format!("{scheme}://{role}@{host}"),
+        None => return eprintln!("SKIPPED: the test URL has no user part"),
+    };
+    // Created while the role may write; its sessions are read-only from then on.
+    drop(PostgresStore::open(&url, &target.schema).unwrap_or_else(|e| panic!("{e}: {:?}", std::error::Error::source(&e))));
+    admin.batch_execute(&format!("ALTER ROLE {role} SET default_transaction_read_only = on")).unwrap();
+    let store = PostgresStore::open(&url, &target.schema).unwrap_or_else(|e| panic!("reading needs no write: {e}"));
+    let err = store.try_acquire_lease("env:dev", "token", &holder(1), now_millis() + 60_000, now_millis(), &|_| false).unwrap_err();
+    let why = std::error::Error::source(&err).map(|s| efmesh::pg::scrubbed(s, None)).unwrap_or_default();
+    assert!(err.to_string().contains("cannot take the lock `env:dev`") && why.contains("in a read-only transaction"), "{err}: {why}");
+    let hint = err.hint().unwrap_or_default();
+    assert!(hint.contains("default_transaction_read_only") && !hint.contains("another efmesh process"), "{hint}");
+    let err = PostgresStore::open(&url, &format!("{}_b", target.schema)).unwrap_err();
+    assert!(err.hint().unwrap_or_default().contains("default_transaction_read_only"), "{err}: {:?}", std::error::Error::source(&err));
+}
+
 /// A Postgres store whose connection the server ended (a restart, `pg_terminate_backend`): the
 /// operation that meets it fails with a transient error (`--retries` retries it), and the next
 /// one reconnects and works.
