@@ -13,8 +13,12 @@
 //! without grouping, so every step before the failing one commits and is recorded, and the
 //! failure is the failing step's own (SPEC §4 invariant 4). Worker threads own one engine connection each ([`crate::engine::Engine::worker`])
 //! and run nothing but a model's transactions ([`Job`]), reporting each outcome back over a
-//! channel; so every state write happens in the same order, per model, as in a sequential
-//! apply, and always after the engine commit it records.
+//! channel and waiting for the answer that it was recorded before the next transaction; so
+//! every state write happens in the same order, per model, as in a sequential apply, always
+//! after the engine commit it records, and at most one committed transaction per model is
+//! unrecorded at any instant (the calling thread answers between the transactions of a model it
+//! builds itself, and while it waits; not during a seed, keyed, SCD type 2 or lake build, which
+//! its `start` does whole).
 //!
 //! Work whose engine state is local to the calling thread's connection (seeds read a temporary
 //! stage, upserts and SCD type 2 a temporary stage table, lake and DuckLake targets their own
