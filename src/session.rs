@@ -622,7 +622,12 @@ fn engine_catalog_identified(project: &Project) -> Result<(Option<std::sync::Arc
             Err(e.into())
         }
         Err(e) => {
-            tracing::warn!("cannot read the engine catalog, so this plan assumes every relation it relies on exists: {}", e.message);
+            // The hint of the open failure (run again, `--retries`) is for a command that fails:
+            // this one goes on, so the warning gives the cause alone.
+            tracing::warn!(
+                "cannot read the engine catalog, so this plan assumes every relation it relies on exists: {}",
+                crate::engine::split_hint(&e.message).0
+            );
             Ok((None, None))
         }
     }

@@ -137,7 +137,7 @@ pub enum Command {
         /// When another process holds the environment's lock, wait up to this long (`30s`, `10m`) before giving up.
         #[arg(long, value_name = "DURATION")]
         wait: Option<String>,
-        /// Retry transient failures (a lock held by another process, I/O errors) up to N times, with exponential backoff.
+        /// Retry transient failures (the engine database or state store locked by another process, I/O errors) up to N times, with exponential backoff; to wait for an environment's lock held by another apply or run, use --wait.
         #[arg(long, value_name = "N", default_value_t = 0)]
         retries: u32,
         /// Build up to N models at once, each on its own engine connection (default: the number of cores; 1 builds one after another).
@@ -152,7 +152,7 @@ pub enum Command {
         /// Print the result as JSON.
         #[arg(long)]
         json: bool,
-        /// Retry transient failures (a lock held by another process, I/O errors) up to N times, with exponential backoff.
+        /// Retry transient failures (the engine database or state store locked by another process, I/O errors) up to N times, with exponential backoff; to wait for an environment's lock held by another apply or run, use --wait.
         #[arg(long, value_name = "N", default_value_t = 0)]
         retries: u32,
         /// Build up to N models at once, each on its own engine connection (default: the number of cores; 1 builds one after another).

@@ -135,9 +135,12 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, retries: u32,
                 return Ok(Exit::AwaitingHuman);
             }
             let lines: Vec<String> = blocked.iter().map(|b| format!("  {b}")).collect();
+            // A line may name another environment whose apply repairs what this one serves.
+            let other = blocked.iter().any(|b| b.contains("`efmesh apply ") && !b.contains(&format!("`efmesh apply {env}`")));
             crate::ewriteln!(
-                "run `{env}`: the project differs from what the environment serves; apply needed:\n{}\n  hint: review and apply with `efmesh apply {env}` (or apply the environment a line names first), then run again",
-                lines.join("\n")
+                "run `{env}`: the project differs from what the environment serves; apply needed:\n{}\n  hint: review and apply with `efmesh apply {env}`{}, then run again",
+                lines.join("\n"),
+                if other { " (or first apply the environment a line names)" } else { "" }
             );
             Ok(Exit::AwaitingHuman)
         }
