@@ -18,7 +18,8 @@ fn main() -> ExitCode {
             let code = if e.use_stderr() { 1 } else { 0 };
             let _ = e.print();
             if code == 1 && std::env::args().skip(1).any(|a| a == "--json") {
-                cli::print_error_json("usage", e.to_string().trim_end().trim_start_matches("error: "), None);
+                let (message, hint) = cli::clap_message(&e.to_string());
+                cli::print_error_json("usage", &message, hint.as_deref());
             }
             return ExitCode::from(code);
         }

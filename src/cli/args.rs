@@ -141,7 +141,7 @@ pub enum Command {
         #[arg(long, value_name = "N", default_value_t = 0)]
         retries: u32,
         /// Build up to N models at once, each on its own engine connection (default: the number of cores; 1 builds one after another).
-        #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        #[arg(long, short = 'j', value_name = "N", value_parser = jobs_count)]
         jobs: Option<u32>,
     },
     /// Refresh an environment's current versions (upsert unique-key models, reconcile scd_type2
@@ -156,7 +156,7 @@ pub enum Command {
         #[arg(long, value_name = "N", default_value_t = 0)]
         retries: u32,
         /// Build up to N models at once, each on its own engine connection (default: the number of cores; 1 builds one after another).
-        #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        #[arg(long, short = 'j', value_name = "N", value_parser = jobs_count)]
         jobs: Option<u32>,
     },
     /// Report an environment's health: last plan applied and by whom, lag per model, failed
@@ -473,6 +473,15 @@ impl Command {
 /// model previewed): a larger number is refused here, naming the flag, as a usage error.
 fn row_count() -> clap::builder::RangedU64ValueParser<usize> {
     clap::builder::RangedU64ValueParser::new().range(..=i64::MAX.unsigned_abs())
+}
+
+/// `--jobs N`: a whole number of 1 or more (what 0 or a word would mean is said, not a range).
+fn jobs_count(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(0) => Err("0 jobs build nothing: give 1 or more (1 builds one model after another)".to_string()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("`{s}` is not a number of jobs: give a whole number, 1 or more")),
+    }
 }
 
 #[cfg(test)]

@@ -190,6 +190,18 @@ pub fn error_kind(err: &anyhow::Error) -> &'static str {
     "error"
 }
 
+/// A command line clap refuses, as the `--json` error's message and hint: its first paragraph
+/// (`invalid value '0' for '--jobs <N>': …`), and what follows it (`For more information, try
+/// '--help'.`, a usage line) as the hint.
+pub fn clap_message(text: &str) -> (String, Option<String>) {
+    let text = text.trim_end();
+    let text = text.strip_prefix("error: ").unwrap_or(text);
+    match text.split_once("\n\n") {
+        Some((message, rest)) => (message.trim_end().to_string(), Some(rest.split_whitespace().collect::<Vec<_>>().join(" ")).filter(|h| !h.is_empty())),
+        None => (text.to_string(), None),
+    }
+}
+
 /// The `--json` report of a failed command (stdout, one object): `{"apiVersion": 1, "error":
 /// {"kind", "message", "hint"?}}`, `message` being what stderr says after `error: `.
 /// A hint the message carries itself (`…\n  hint: …`, as stderr prints it) becomes `hint`.

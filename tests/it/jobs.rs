@@ -215,7 +215,15 @@ fn jobs_zero_is_refused() {
     let p = diamond(EngineBackend::DuckDb);
     let run = p.run(&["apply", "dev", "--yes", "--jobs", "0"]);
     run.expect_code(1);
-    assert!(run.stderr.contains("--jobs"), "{}", run.stderr);
+    assert!(run.stderr.contains("--jobs") && run.stderr.contains("0 jobs build nothing: give 1 or more"), "{}", run.stderr);
+    // In `--json`: the message is clap's first paragraph, its "try '--help'" the hint.
+    let run = p.run(&["run", "dev", "--json", "--jobs", "two"]);
+    run.expect_code(1);
+    let error = &run.json()["error"];
+    assert_eq!(error["kind"], "usage", "{error:#}");
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(message.contains("`two` is not a number of jobs") && !message.contains("--help"), "{error:#}");
+    assert!(error["hint"].as_str().is_some_and(|h| h.contains("--help")), "{error:#}");
 }
 
 /// Models of the engine's own database reading a DuckLake model run on worker connections: the
