@@ -116,57 +116,46 @@ impl Committed {
     /// those with intervals recorded done whose build did not finish.
     fn of(report: &ApplyReport) -> Self {
         let mut built = report.built.clone();
-        for name in report.per_model.keys() {
-            if let Ok(m) = ModelName::parse(name)
-                && !built.contains(&m)
-            {
-                built.push(m);
-            }
-        }
+        push_new(&mut built, report.per_model.keys().filter_map(|name| ModelName::parse(name).ok()));
         Self { built, registered: report.registered.clone(), per_model: report.per_model.clone(), intervals: report.intervals }
     }
 
     /// Adds what another attempt committed.
     fn add(&mut self, other: Committed) {
-        for m in other.built {
-            if !self.built.contains(&m) {
-                self.built.push(m);
-            }
-        }
-        for m in other.registered {
-            if !self.registered.contains(&m) {
-                self.registered.push(m);
-            }
-        }
-        for (m, n) in other.per_model {
-            *self.per_model.entry(m).or_default() += n;
-        }
-        self.intervals += other.intervals;
+        add_committed((&mut self.built, &mut self.registered, &mut self.per_model, &mut self.intervals), &other);
     }
 
     /// `report` (the attempt that succeeded) with what the earlier attempts committed: their
     /// models among its `built` and `registered` ones, each once, in `plan`'s (topological)
     /// order; their intervals added to its counts.
     fn merge_into(&self, report: &mut ApplyReport, plan: &Plan) {
-        for m in &self.built {
-            if !report.built.contains(m) {
-                report.built.push(m.clone());
-            }
-        }
-        for m in &self.registered {
-            if !report.registered.contains(m) {
-                report.registered.push(m.clone());
-            }
-        }
-        for (m, n) in &self.per_model {
-            *report.per_model.entry(m.clone()).or_default() += n;
-        }
-        report.intervals += self.intervals;
+        add_committed((&mut report.built, &mut report.registered, &mut report.per_model, &mut report.intervals), self);
         let position: HashMap<&ModelName, usize> = plan.actions.iter().enumerate().map(|(i, a)| (&a.name, i)).collect();
         let at = |n: &ModelName| position.get(n).copied().unwrap_or(usize::MAX);
         report.built.sort_by_key(|n| at(n));
         report.registered.sort_by_key(|n| at(n));
     }
+}
+
+/// The models of `names` not in `list` yet, appended in their order.
+fn push_new(list: &mut Vec<ModelName>, names: impl IntoIterator<Item = ModelName>) {
+    for m in names {
+        if !list.contains(&m) {
+            list.push(m);
+        }
+    }
+}
+
+/// Adds what `from` committed to `(built, registered, per_model, intervals)` (a [`Committed`]'s
+/// or an [`ApplyReport`]'s): models once each, counts summed.
+fn add_committed(into: (&mut Vec<ModelName>, &mut Vec<ModelName>, &mut BTreeMap<String, usize>, &mut usize), from: &Committed) {
+    let (built, registered, per_model, intervals) = into;
+    push_new(built, from.built.iter().cloned());
+    push_new(registered, from.registered.iter().cloned());
+    for (m, n) in &from.per_model {
+        *per_model.entry(m.clone()).or_default() += n;
+    }
+    *intervals += from.intervals;
 }
 
 /// A catalog proven to be the engine's own when the connection of an apply or a run opened

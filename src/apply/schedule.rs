@@ -223,7 +223,7 @@ pub(crate) fn schedule<'p>(b: &mut dyn Builds<'p>, deps: &[Vec<usize>], parallel
         // Sequential: the plan's order, the first failure stops.
         for item in 0..n {
             if let Some(job) = b.start(item, engine)? {
-                inline(b, item, &job, engine)?;
+                inline(b, item, &job, engine, &mut |_| {})?;
             }
         }
         return Ok(());
@@ -320,15 +320,11 @@ pub(crate) fn schedule<'p>(b: &mut dyn Builds<'p>, deps: &[Vec<usize>], parallel
                             engine.share_threads(st.busy + 1);
                             // Workers' reports are recorded between this model's transactions
                             // too: each worker waits for its record.
-                            let mut outcome = Ok(());
-                            run_job(engine, &job, &mut |k, rs| {
-                                outcome = b.step(item, k, rs);
+                            inline(b, item, &job, engine, &mut |b| {
                                 while let Ok(r) = report_rx.try_recv() {
                                     st.handle(r, b);
                                 }
-                                outcome.is_ok()
-                            });
-                            outcome.and_then(|()| b.finish(item))
+                            })
                         }
                         Ok(None) => Ok(()),
                         Err(e) => Err(e),
@@ -456,11 +452,19 @@ impl Progress {
     }
 }
 
-/// Runs `item`'s job on `engine` (this thread), recording each step, then finishes it.
-fn inline<'p>(b: &mut dyn Builds<'p>, item: usize, job: &Job<'p>, engine: &mut dyn Engine) -> Result<(), ApplyError> {
+/// Runs `item`'s job on `engine` (this thread), recording each step and then doing `between`
+/// (recording the workers' reports meanwhile), then finishes it.
+fn inline<'p>(
+    b: &mut dyn Builds<'p>,
+    item: usize,
+    job: &Job<'p>,
+    engine: &mut dyn Engine,
+    between: &mut dyn FnMut(&mut dyn Builds<'p>),
+) -> Result<(), ApplyError> {
     let mut outcome = Ok(());
     run_job(engine, job, &mut |k, rs| {
         outcome = b.step(item, k, rs);
+        between(&mut *b);
         outcome.is_ok()
     });
     outcome?;
