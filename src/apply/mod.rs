@@ -1888,14 +1888,13 @@ fn pre_promotion_audits(
         }
         .map_err(|failure| ApplyError::Audit { model: model.name.clone(), interval: None, failure })?;
         audit::log_warnings(&results);
-        // Warn audits that found rows count as not passed: reusing them would hide their report.
-        let passed = audit::clean(&results);
         failures.extend(results.iter().filter(|r| r.failed()).cloned());
-        report.audits.supersede(results);
-        // Recorded only when the generation did not move while they ran.
+        // Recorded only when the generation did not move while they ran; warn audits that found
+        // rows as checked, not passed: reusing them would hide their report.
         if let Some(pass) = pass {
-            pass.record_if_unmoved(state, &name, fp, passed)?;
+            pass.record_if_unmoved(state, &name, fp, &results)?;
         }
+        report.audits.supersede(results);
     }
     failures.extend(ref_audits(project, plan, engine, exec, audited, &ran, &touched, report, "apply")?);
     if let Some(first) = failures.first() {
@@ -2012,8 +2011,20 @@ pub struct WholePass {
     pub digest: String,
     /// The version's data generation now.
     pub generation: i64,
-    /// A pass of the same audits is recorded at that generation.
+    /// A pass of the same audits is recorded at that generation: they found nothing (a view swap
+    /// to that data does not run them again).
     pub passed: bool,
+    /// The same audits ran over the data at that generation and no blocking one found rows: they
+    /// passed, or only `warn` audits found some (reported then; they run again at the next
+    /// promotion or `run`, which reports them again). What `status` asks of a shared table.
+    pub checked: bool,
+}
+
+/// The digest a run of audits is recorded with when only `warn` audits found rows: they checked
+/// the data, but a view swap must not reuse them ([`WholePass::passed`] compares the digest
+/// alone), since that would hide their report.
+fn warned_digest(digest: &str) -> String {
+    format!("{digest} warned")
 }
 
 impl WholePass {
@@ -2029,15 +2040,25 @@ impl WholePass {
         let name = model.name.to_string();
         let digest = audit::pass_digest(model, model.kind.time_range().map(|_| crate::core::audit::AuditScope::Whole));
         let generation = data_generation(state, &name, fp)?;
-        let passed = state.audit_pass(&name, fp)?.is_some_and(|p| p.digest == digest && p.generation == generation);
-        Ok(Some(WholePass { digest, generation, passed }))
+        let recorded = state.audit_pass(&name, fp)?.filter(|p| p.generation == generation);
+        let passed = recorded.as_ref().is_some_and(|p| p.digest == digest);
+        let checked = passed || recorded.is_some_and(|p| p.digest == warned_digest(&digest));
+        Ok(Some(WholePass { digest, generation, passed, checked }))
     }
 
-    /// After the audits ran: records the pass when they were `clean` and the generation did not
-    /// move while they ran.
-    fn record_if_unmoved(self, state: &dyn StateStore, name: &str, fp: &str, clean: bool) -> Result<(), StateError> {
-        if clean && data_generation(state, name, fp)? == self.generation {
-            state.record_audit_pass(name, fp, &crate::state::AuditPass { digest: self.digest, generation: self.generation }, interval::now_millis())?;
+    /// After the audits ran with `results`: records that they passed (none found rows) or
+    /// checked the data (only `warn` audits found rows, [`warned_digest`]) when the generation
+    /// did not move while they ran; nothing after a blocking violation.
+    fn record_if_unmoved(self, state: &dyn StateStore, name: &str, fp: &str, results: &[audit::AuditResult]) -> Result<(), StateError> {
+        let digest = if audit::clean(results) {
+            self.digest
+        } else if results.iter().any(audit::AuditResult::failed) {
+            return Ok(());
+        } else {
+            warned_digest(&self.digest)
+        };
+        if data_generation(state, name, fp)? == self.generation {
+            state.record_audit_pass(name, fp, &crate::state::AuditPass { digest, generation: self.generation }, interval::now_millis())?;
         }
         Ok(())
     }
@@ -2088,15 +2109,14 @@ fn shared_table_audits(
         let results = audit::run(engine, &model.name, &audit::checks(model, None, &exec.relation(&model.name), exec), None)
             .map_err(|failure| ApplyError::Audit { model: model.name.clone(), interval: None, failure })?;
         audit::log_warnings(&results);
-        let clean = audit::clean(&results);
         if results.iter().any(audit::AuditResult::failed) {
             writers.extend(sharing.into_iter().cloned());
         }
         failures.extend(results.iter().filter(|r| r.failed()).cloned());
-        report.audits.supersede(results);
         if let Some(pass) = pass {
-            pass.record_if_unmoved(state, &name, fp, clean)?;
+            pass.record_if_unmoved(state, &name, fp, &results)?;
         }
+        report.audits.supersede(results);
     }
     Ok((failures, writers.into_iter().collect()))
 }

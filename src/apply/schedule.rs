@@ -242,6 +242,11 @@ pub(crate) fn schedule<'p>(b: &mut dyn Builds<'p>, deps: &[Vec<usize>], parallel
     // Workers log through the caller's subscriber (a library caller's or a test's scoped one).
     let dispatch = tracing::dispatcher::get_default(Clone::clone);
     std::thread::scope(|s| {
+        // Owned by this closure, so that a panic of the calling thread drops it (and the
+        // answers the reports queued in it carry) before the scope waits for the workers: a
+        // worker waiting for an answer then reads "not recorded" and stops, instead of the scope
+        // waiting for it forever.
+        let report_rx = report_rx;
         let mut started = 0;
         for mut worker in workers {
             let (jobs, reports, dispatch) = (&job_rx, report_tx.clone(), dispatch.clone());
@@ -469,4 +474,72 @@ fn inline<'p>(
     });
     outcome?;
     b.finish(item)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{DescribedColumn, EngineError, dialect};
+
+    /// An engine whose statements all succeed, with as many worker connections as asked.
+    struct Accepting;
+
+    impl Engine for Accepting {
+        fn sql(&self) -> &'static dyn dialect::Dialect {
+            &dialect::Standard
+        }
+        fn execute(&mut self, _: &str) -> Result<(), EngineError> {
+            Ok(())
+        }
+        fn transaction(&mut self, _: &[String]) -> Result<(), EngineError> {
+            Ok(())
+        }
+        fn describe(&mut self, _: &str) -> Result<Vec<DescribedColumn>, EngineError> {
+            Ok(Vec::new())
+        }
+        fn query(&mut self, _: &str) -> Result<Vec<Vec<Option<String>>>, EngineError> {
+            Ok(Vec::new())
+        }
+        fn relation_exists(&mut self, _: &str, _: &str) -> Result<bool, EngineError> {
+            Ok(false)
+        }
+        fn worker(&mut self) -> Option<Box<dyn Engine + Send>> {
+            Some(Box::new(Accepting))
+        }
+    }
+
+    /// Builds every item as one step; recording the first step reported panics, after a pause
+    /// in which the other worker's report arrives and waits for its answer.
+    struct PanicsOnFirstRecord;
+
+    impl Builds<'static> for PanicsOnFirstRecord {
+        fn start(&mut self, item: usize, _: &mut dyn Engine) -> Result<Option<Job<'static>>, ApplyError> {
+            let model = ModelName::parse(&format!("s.m{item}")).expect("name");
+            let step = Step { statements: vec!["SELECT 1".into()], checks: Vec::new(), batch: None, of: None };
+            Ok(Some(Job { model, steps: vec![step], group: std::time::Duration::ZERO }))
+        }
+
+        fn step(&mut self, item: usize, _: usize, _: Vec<StepResult>) -> Result<(), ApplyError> {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            panic!("recording item {item} failed unexpectedly");
+        }
+
+        fn finish(&mut self, _: usize) -> Result<(), ApplyError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_panic_while_recording_a_workers_step_ends_the_apply_instead_of_hanging_it() {
+        let scheduling = std::thread::spawn(|| {
+            let _ = schedule(&mut PanicsOnFirstRecord, &[Vec::new(), Vec::new()], &[true, true], &mut Accepting, 2);
+        });
+        // A hang is what this test is for: the scheduler is given a minute to end.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !scheduling.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(scheduling.is_finished(), "the scheduler still waits for a worker a minute after the panic");
+        assert!(scheduling.join().is_err(), "the panic reaches the caller");
+    }
 }

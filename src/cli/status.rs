@@ -551,7 +551,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
         for (m, fp) in shared {
             let Some((physical, _)) = index.get(&(m.name.to_string(), fp.clone())) else { continue };
             let sharing = crate::apply::sharing_under_other_audits(m, physical, &index, &others);
-            if !sharing.is_empty() && crate::apply::WholePass::current(&*state, m, fp)?.is_some_and(|p| !p.passed) {
+            if !sharing.is_empty() && crate::apply::WholePass::current(&*state, m, fp)?.is_some_and(|p| !p.checked) {
                 unaudited.push((m.name.to_string(), sharing.into_iter().cloned().collect()));
             }
         }

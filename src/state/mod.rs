@@ -861,7 +861,9 @@ pub struct DataVersion {
 /// Audits that passed on a version's data ([`StateStore::audit_pass`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditPass {
-    /// What ran: the audits and the scope they saw ([`crate::apply::audit::pass_digest`]).
+    /// What ran: the audits and the scope they saw ([`crate::apply::audit::pass_digest`]),
+    /// followed by ` warned` when only `warn` audits found rows (they checked the data but are
+    /// not reused: `apply::WholePass`).
     pub digest: String,
     /// The version's data generation they saw ([`DataVersion::generation`]).
     pub generation: i64,

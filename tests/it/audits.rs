@@ -24,6 +24,7 @@ on_every_engine!(
     a_leading_zero_in_a_sql_header_is_text_and_accepted_values_match_exactly,
     rows_prod_writes_into_a_table_dev_serves_with_an_audit_more_are_audited_by_devs_run,
     prod_is_never_told_of_the_audits_another_environment_lacks,
+    a_warn_audit_that_found_rows_on_a_shared_table_has_checked_it,
 );
 
 /// A project on `engine` whose models may be Lua, Rhai or SQL files.
@@ -652,6 +653,38 @@ fn prod_is_never_told_of_the_audits_another_environment_lacks(engine: EngineBack
     assert!(!run.stderr.contains("its audits run over the whole table"), "{}", run.stderr);
     let status = p.run(&["status", "prod", "--json"]).expect_code(0).json();
     assert_eq!((status["unaudited"].clone(), status["healthy"].clone()), (serde_json::json!([]), serde_json::json!(true)), "{status:#}");
+}
+
+/// `dev` adds a `warn` audit to `prod`'s version: once `dev`'s run has run it over the rows
+/// `prod` wrote, those rows are checked — the warning is the audit's whole report — so `status
+/// dev` is healthy; the audit is not reused as a pass: the next run runs it, and warns, again.
+fn a_warn_audit_that_found_rows_on_a_shared_table_has_checked_it(engine: EngineBackend) {
+    let clean = EVENTS.replace(",,30", ",east,30");
+    let p = daily_project(engine, &clean, "");
+    let without = p.read("models/daily.lua");
+    let warn = without.replace("audits = {  },", "audits = { audit.not_null { \"region\", blocking = false } },");
+    assert_ne!(warn, without);
+    p.apply("prod");
+    p.write("models/daily.lua", &warn);
+    p.apply("dev");
+    // `prod` recomputes a day whose source now lacks its region, under its own (no) audits.
+    load_events(&p, &clean.replace("2026-01-04 10:00:00,south,40", "2026-01-04 10:00:00,,40"));
+    p.write("models/daily.lua", &without);
+    p.run(&["restate", "prod", "--model", "s.daily", "--from", "2026-01-04", "--to", "2026-01-05"]).expect_code(0);
+    p.run(&["run", "prod"]).expect_code(0);
+    p.write("models/daily.lua", &warn);
+    let status = p.run(&["status", "dev", "--json"]).expect_code(0).json();
+    assert_eq!(status["unaudited"], serde_json::json!([{"model": "s.daily", "writtenBy": ["prod"]}]), "{status:#}");
+
+    let warned = |run: &Run| run.stderr.lines().filter(|l| l.contains("level=warn") && l.contains("not_null(region)")).count();
+    let run = p.run(&["run", "dev"]);
+    run.expect_code(0);
+    assert_eq!(warned(&run), 1, "{}", run.stderr);
+    let status = p.run(&["status", "dev", "--json"]).expect_code(0).json();
+    assert_eq!((status["unaudited"].clone(), status["healthy"].clone()), (serde_json::json!([]), serde_json::json!(true)), "{status:#}");
+    let again = p.run(&["run", "dev"]);
+    again.expect_code(0);
+    assert_eq!(warned(&again), 1, "the warn audit is not reused as a pass: {}", again.stderr);
 }
 
 // ---- efmesh audit <env> ------------------------------------------------------------------
