@@ -496,7 +496,8 @@ impl RawStateSection {
 pub struct LakeSection {
     /// The lake root: a local directory (relative to the config directory) or `s3://bucket/prefix`.
     pub path: String,
-    /// S3 endpoint `host[:port]` for S3-compatible stores (default: AWS).
+    /// S3 endpoint `host[:port]` for S3-compatible stores (default: AWS). Written with
+    /// `http://` or `https://`, the scheme is read at load as `s3_use_ssl` and dropped.
     #[serde(default)]
     pub s3_endpoint: Option<String>,
     /// S3 region (default `us-east-1`).
@@ -577,6 +578,46 @@ pub struct S3Settings {
     pub session_token_env: String,
 }
 
+/// Reads a scheme written in `[<section>] s3_endpoint` (`http://127.0.0.1:9000`) as the
+/// section's `s3_use_ssl` and leaves the endpoint as `host[:port]`, the form both efmesh's own
+/// S3 client (which puts the scheme in front) and DuckDB's S3 secret (`ENDPOINT` without a
+/// scheme, `USE_SSL`) take: kept as written, the endpoint became `http://http://…`, an unknown
+/// host. A trailing `/` is dropped.
+///
+/// # Errors
+/// A message naming the key when the scheme is neither `http://` nor `https://`, when it
+/// contradicts `s3_use_ssl`, or when the endpoint holds a path or no host.
+fn split_s3_endpoint(section: &str, endpoint: &mut Option<String>, use_ssl: &mut Option<bool>) -> Result<(), String> {
+    let Some(written) = endpoint.as_deref() else { return Ok(()) };
+    let lower = written.to_ascii_lowercase();
+    let (ssl, rest) = if lower.starts_with("https://") {
+        (Some(true), &written["https://".len()..])
+    } else if lower.starts_with("http://") {
+        (Some(false), &written["http://".len()..])
+    } else {
+        (None, written)
+    };
+    let host = rest.trim_end_matches('/');
+    if host.is_empty() || host.contains('/') || host.contains(char::is_whitespace) {
+        return Err(format!(
+            "`{section}.s3_endpoint` must be `host[:port]` (optionally after `http://` or `https://`), got `{written}`{}",
+            if ssl.is_none() && host.contains("://") { ": only `http://` and `https://` are understood" } else { "" }
+        ));
+    }
+    if let Some(ssl) = ssl {
+        if use_ssl.is_some_and(|set| set != ssl) {
+            let scheme = if ssl { "https://" } else { "http://" };
+            return Err(format!(
+                "`{section}.s3_endpoint` `{written}` says `{scheme}` but `{section}.s3_use_ssl = {}`: remove one of them (the scheme sets `s3_use_ssl`)",
+                !ssl
+            ));
+        }
+        *use_ssl = Some(ssl);
+    }
+    *endpoint = Some(host.to_string());
+    Ok(())
+}
+
 fn default_key_id_env() -> String {
     "AWS_ACCESS_KEY_ID".into()
 }
@@ -609,7 +650,8 @@ pub struct DuckLakeSection {
     /// `s3://bucket/prefix` (reached with the `s3_*` keys below).
     #[serde(default)]
     pub data_path: Option<PathBuf>,
-    /// S3 endpoint `host[:port]` of an `s3://` data path (default: AWS).
+    /// S3 endpoint `host[:port]` of an `s3://` data path (default: AWS); a scheme as in
+    /// [`LakeSection::s3_endpoint`].
     #[serde(default)]
     pub s3_endpoint: Option<String>,
     /// S3 region (default `us-east-1`).
@@ -852,7 +894,7 @@ impl Config {
         // Every message may quote the file (the parser shows the offending line): secrets
         // written in it never leave in an error.
         let invalid = |message: String| ConfigError::Invalid { path: path.to_path_buf(), message: redact_secrets(text, &message) };
-        let raw: RawConfig = toml::from_str(text).map_err(|e| invalid(e.to_string().trim_end().replace('\n', "\n  ")))?;
+        let mut raw: RawConfig = toml::from_str(text).map_err(|e| invalid(e.to_string().trim_end().replace('\n', "\n  ")))?;
         if raw.project.models.is_empty() {
             return Err(invalid("`project.models` lists no globs".into()));
         }
@@ -862,6 +904,12 @@ impl Config {
         }
         if let Some(message) = raw.ducklake.as_ref().and_then(DuckLakeSection::problem) {
             return Err(invalid(message));
+        }
+        if let Some(lake) = &mut raw.lake {
+            split_s3_endpoint("lake", &mut lake.s3_endpoint, &mut lake.s3_use_ssl).map_err(invalid)?;
+        }
+        if let Some(dl) = &mut raw.ducklake {
+            split_s3_endpoint("ducklake", &mut dl.s3_endpoint, &mut dl.s3_use_ssl).map_err(invalid)?;
         }
         if let Some(message) = raw.lint.problem() {
             return Err(invalid(message));
@@ -1351,6 +1399,37 @@ mod tests {
             assert!(err.to_string().contains("lake") || err.to_string().contains("s3_key"), "{err}");
         }
         assert!(Config::with_root(Path::new("/p")).lake_root().is_none());
+    }
+
+    /// An `s3_endpoint` written with a scheme is read as `s3_use_ssl` and kept as `host[:port]`
+    /// (both the S3 client and DuckDB's secret put the scheme in front themselves: kept, it
+    /// became `http://http://…`); a scheme contradicting `s3_use_ssl`, another scheme, or a path
+    /// is refused naming the key.
+    #[test]
+    fn an_s3_endpoint_scheme_sets_use_ssl_and_is_dropped() {
+        let parse = |section: &str, keys: &str| {
+            let path = if section == "lake" { "path = \"s3://b/x\"" } else { "catalog = \"l.ducklake\"\ndata_path = \"s3://b/d\"" };
+            Config::parse(Path::new("/p/efmesh.toml"), &format!("[{section}]\n{path}\n{keys}\n"))
+        };
+        let lake = |keys: &str| parse("lake", keys).map(|c| c.lake.map(|l| (l.s3_endpoint, l.s3_use_ssl)).unwrap());
+        let some = |e: &str, ssl: Option<bool>| -> Result<(Option<String>, Option<bool>), String> { Ok((Some(e.to_string()), ssl)) };
+        assert_eq!(lake("s3_endpoint = \"http://127.0.0.1:9000\"").map_err(|e| e.to_string()), some("127.0.0.1:9000", Some(false)));
+        assert_eq!(lake("s3_endpoint = \"HTTPS://minio.internal:9000/\"").map_err(|e| e.to_string()), some("minio.internal:9000", Some(true)));
+        assert_eq!(lake("s3_endpoint = \"http://m:9000\"\ns3_use_ssl = false").map_err(|e| e.to_string()), some("m:9000", Some(false)));
+        assert_eq!(lake("s3_endpoint = \"m:9000\"").map_err(|e| e.to_string()), some("m:9000", None));
+        assert_eq!(lake("s3_endpoint = \"m:9000\"\ns3_use_ssl = false").map_err(|e| e.to_string()), some("m:9000", Some(false)));
+        let dl = parse("ducklake", "s3_endpoint = \"http://127.0.0.1:9000\"").unwrap().ducklake.unwrap().s3();
+        assert_eq!((dl.endpoint.as_deref(), dl.use_ssl), (Some("127.0.0.1:9000"), Some(false)));
+        for (section, keys, want) in [
+            ("lake", "s3_endpoint = \"http://m:9000\"\ns3_use_ssl = true", "`lake.s3_use_ssl = true`"),
+            ("ducklake", "s3_endpoint = \"https://m:9000\"\ns3_use_ssl = false", "`ducklake.s3_use_ssl = false`"),
+            ("lake", "s3_endpoint = \"ftp://m:9000\"", "only `http://` and `https://`"),
+            ("lake", "s3_endpoint = \"http://m:9000/bucket\"", "`lake.s3_endpoint` must be `host[:port]`"),
+            ("ducklake", "s3_endpoint = \"http://\"", "`ducklake.s3_endpoint` must be `host[:port]`"),
+        ] {
+            let err = parse(section, keys).unwrap_err().to_string();
+            assert!(err.contains(&format!("`{section}.s3_endpoint`")) && err.contains(want), "{keys}: {err}");
+        }
     }
 
     #[test]

@@ -21,9 +21,13 @@
 //! ```
 //!
 //! The typed empty relation anchors the declared columns (in declared order) even before any
-//! file exists or when older files lack a column a forward-only version added; the file list is
-//! explicit (no glob at query time), and hive detection is off, so path segments never become
-//! columns. The list comes from the ledger and the previous manifest, never from a directory
+//! file exists or when older files lack a column a forward-only version added. It declares the
+//! columns of every version stored in the relation, not only those of the version re-listing it
+//! (`view_columns`): an environment still serving the version a forward-only change kept re-lists
+//! the view it shares with `prod`'s (a parent's change reused, the project moved, the DuckDB file
+//! lost), and `prod`'s view of it selects the added columns. The file list is explicit (no glob
+//! at query time), and hive detection is off, so path segments never become columns. The list
+//! comes from the ledger and the previous manifest, never from a directory
 //! listing: one file per interval done for a version stored in the relation (plus the batch just
 //! written), and the files the previous manifest listed that remain (intervals not done now keep
 //! their old rows, as a table's do, while their file exists), so a file left in the directory by
@@ -63,11 +67,11 @@
 //! as the table target refuses a value its stored type would change
 //! (`check_declared_types_hold`).
 
-use super::resolve::{ExecResolver, typed_empty};
+use super::resolve::{ExecResolver, typed_empty, typed_empty_of};
 use super::{ApplyError, ApplyReport};
 use crate::core::interval::{self, Grain, Interval, Millis};
 use crate::core::name::{quote_ident, quote_literal};
-use crate::core::{Kind, Model, Target};
+use crate::core::{Column, Kind, Model, Target};
 use crate::engine::Engine;
 use crate::plan::Action;
 use crate::project::Project;
@@ -274,7 +278,11 @@ pub fn build(
             // files it lists, kept for the batches: each adds its own (no other process writes
             // the version meanwhile).
             let relisted = std::time::Instant::now();
-            let mut listed: BTreeSet<String> = relist(project, model, &physical, Some(&snapshot.fingerprint), state, engine)?.into_iter().collect();
+            let (listed, columns) = relist(project, model, &physical, Some(&snapshot.fingerprint), state, engine)?;
+            let mut listed: BTreeSet<String> = listed.into_iter().collect();
+            // Every publish anchors the columns the re-list did (those of every version stored
+            // here: [`view_columns`]).
+            let view = (&dir, columns.as_slice());
             let mut publish_cost = relisted.elapsed();
             state.put_snapshot(snapshot)?;
             // Before any batch reads its inputs: a restatement committed from here on makes the
@@ -298,7 +306,7 @@ pub fn build(
                     // rewrites them).
                     if !pending.is_empty() {
                         let count = pending.len();
-                        let published = publish_pending(project, model, &physical, &dir, &listed, &mut pending, snapshot, (state, &mut seen), engine, report);
+                        let published = publish_pending(project, model, &physical, view, &listed, &mut pending, snapshot, (state, &mut seen), engine, report);
                         if let Err(e) = published {
                             tracing::warn!(model = %model.name, intervals = count, error = %e, "the batches written before the failed one could not be listed and marked done: the next apply rewrites them")
                         }
@@ -319,7 +327,7 @@ pub fn build(
                 // next apply.
                 let last = i + 1 == n;
                 if last || since_publish.elapsed() >= publish_cost * 9 {
-                    publish_cost = publish_pending(project, model, &physical, &dir, &listed, &mut pending, snapshot, (state, &mut seen), engine, report)?;
+                    publish_cost = publish_pending(project, model, &physical, view, &listed, &mut pending, snapshot, (state, &mut seen), engine, report)?;
                     since_publish = std::time::Instant::now();
                 }
             }
@@ -380,7 +388,8 @@ fn check_declared_types_hold(
     }
 }
 
-/// Publishes the view over `listed` (the files of every batch written so far) and marks the
+/// Publishes the view in `dir` over `listed` (the files of every batch written so far), anchored
+/// on `columns` (those [`relist`] found: every version stored there needs them), and marks the
 /// `pending` intervals (written since the last publish, emptied) done, counting them in
 /// `report`; returns how long the publish took. The record is refused, leaving them not done
 /// (their files listed, as a restated interval's kept file is, rewritten by the next run), when
@@ -393,7 +402,7 @@ fn publish_pending(
     project: &Project,
     model: &Model,
     physical: &str,
-    dir: &VersionDir,
+    (dir, columns): (&VersionDir, &[Column]),
     listed: &BTreeSet<String>,
     pending: &mut Vec<Interval>,
     snapshot: &SnapshotRecord,
@@ -403,7 +412,7 @@ fn publish_pending(
 ) -> Result<std::time::Duration, ApplyError> {
     let done = std::mem::take(pending);
     let started = std::time::Instant::now();
-    let published = publish(project, model, physical, dir, &listed.iter().cloned().collect::<Vec<_>>(), engine);
+    let published = publish(project, model, physical, (dir, columns), &listed.iter().cloned().collect::<Vec<_>>(), engine);
     let took = started.elapsed();
     let kept = match published {
         Ok(()) => super::record_done(state, &model.name, snapshot, &done, seen, report).map_err(ApplyError::from),
@@ -466,8 +475,12 @@ fn write_file(model: &Model, dir: &VersionDir, name: &str, query: &str, interval
 
 /// Re-creates the version's view over the files its ledger says are done (and those its
 /// previous manifest listed that remain, [`relist`]) and rewrites its manifest. Used when a lost
-/// view is re-created, when a forward-only version changes the declared columns, and when a
-/// view created under another project root is re-created.
+/// view is re-created, when a version inherits the storage (indirect reuse; a forward-only
+/// version adds declared columns), when a view created under another project root is
+/// re-created, and when the plan finds the view stale. `model` is the acting environment's
+/// version; the view anchors the columns of every version stored in `physical`
+/// ([`view_columns`]), never only `model`'s: another environment may serve a forward-only
+/// version with more.
 ///
 /// # Errors
 /// [`ApplyError`] when the state cannot be read, the directory (S3 prefix) cannot be listed, a
@@ -475,6 +488,40 @@ fn write_file(model: &Model, dir: &VersionDir, name: &str, query: &str, interval
 /// or the view or manifest cannot be written.
 pub fn refresh(project: &Project, model: &Model, physical: &str, state: &dyn StateStore, engine: &mut dyn Engine) -> Result<(), ApplyError> {
     relist(project, model, physical, None, state, engine).map(drop)
+}
+
+/// The columns the view of `physical` anchors (its typed empty relation, [`publish`]): `model`'s
+/// own (declared, in order), then each column another version stored there declares that
+/// `model` lacks, oldest version first, with the type that version's snapshot records. Versions
+/// sharing a relation differ in their columns only by what forward-only versions added (a
+/// forward-only version never drops nor retypes one), so this is every column an environment
+/// served by the relation selects: re-listed from an older definition (an environment still
+/// serving the version a forward-only change kept, reusing it for a parent's change, moving the
+/// project, losing the DuckDB file), the view keeps the columns of the newer one — as a table
+/// keeps a column `ALTER TABLE … ADD COLUMN` added — and `prod`'s view of it still binds.
+fn view_columns(model: &Model, physical: &str, state: &dyn StateStore) -> Result<Vec<Column>, ApplyError> {
+    let mut columns = model.relation_columns();
+    let name = model.name.to_string();
+    let mut others = Vec::new();
+    for fp in stored_versions(model, physical, state)? {
+        others.extend(state.snapshot(&name, &fp)?);
+    }
+    others.sort_by(|a, b| a.created_at.cmp(&b.created_at));
+    for record in &others {
+        for column in declared_columns(&record.metadata) {
+            if !columns.iter().any(|c| c.name.eq_ignore_ascii_case(&column.name)) {
+                columns.push(column);
+            }
+        }
+    }
+    Ok(columns)
+}
+
+/// The columns a snapshot's metadata declares (`schema`: `[[name, type(, "exact")]…]`,
+/// [`crate::plan::metadata_text`]); none when it records no schema.
+fn declared_columns(metadata: &serde_json::Value) -> Vec<Column> {
+    let entries = metadata["schema"].as_array().map(Vec::as_slice).unwrap_or_default();
+    entries.iter().filter_map(|e| Some(Column { name: e.get(0)?.as_str()?.to_string(), ty: e.get(1)?.as_str()?.to_string() })).collect()
 }
 
 /// The fingerprints of every version of `model` stored in `physical` (its own, those inheriting
@@ -497,8 +544,9 @@ fn stored_versions(model: &Model, physical: &str, state: &dyn StateStore) -> Res
 /// finds, so a stray file is never served; or `data.parquet` for a full model. One listing of
 /// the version's directory (or S3 prefix) says which files exist: a done interval (or a full
 /// version) whose file is missing is refused before the view is touched, so a view never lists
-/// fewer files than the ledger says are done, nor an object that is gone. Returns the files
-/// listed.
+/// fewer files than the ledger says are done, nor an object that is gone. The view anchors the
+/// columns of every version stored there ([`view_columns`]). Returns the files listed and those
+/// columns.
 fn relist(
     project: &Project,
     model: &Model,
@@ -506,7 +554,7 @@ fn relist(
     building: Option<&str>,
     state: &dyn StateStore,
     engine: &mut dyn Engine,
-) -> Result<Vec<String>, ApplyError> {
+) -> Result<(Vec<String>, Vec<Column>), ApplyError> {
     let dir = version_dir(project, model, physical)?;
     // What the directory holds now (one listing; on S3 one listing of the version's prefix).
     let present: std::collections::BTreeSet<String> = list_files(model, &dir, engine)?.into_iter().collect();
@@ -529,8 +577,9 @@ fn relist(
         }
         _ => vec![FULL_FILE.to_string()],
     };
-    publish(project, model, physical, &dir, &files, engine)?;
-    Ok(files)
+    let columns = view_columns(model, physical, state)?;
+    publish(project, model, physical, (&dir, &columns), &files, engine)?;
+    Ok((files, columns))
 }
 
 /// What a lake file found missing stops, for its error ([`done_present`]).
@@ -730,13 +779,20 @@ fn missing_interval(model: &Model, physical: &str, dir: &VersionDir, grain: Grai
     )
 }
 
-/// Creates the version's directory (a repair's may be gone), then its view over `files` and its
-/// manifest.
-fn publish(project: &Project, model: &Model, physical: &str, dir: &VersionDir, files: &[String], engine: &mut dyn Engine) -> Result<(), ApplyError> {
+/// Creates the version's directory (a repair's may be gone), then its view over `files`, anchored
+/// on `columns` (typed, in order: [`view_columns`]), and its manifest.
+fn publish(
+    project: &Project,
+    model: &Model,
+    physical: &str,
+    (dir, columns): (&VersionDir, &[Column]),
+    files: &[String],
+    engine: &mut dyn Engine,
+) -> Result<(), ApplyError> {
     super::fault::delay_point(&format!("lake-publish:{}", model.name));
-    tracing::debug!(model = %model.name, files = files.len(), "lake view published");
+    tracing::debug!(model = %model.name, files = files.len(), columns = columns.len(), "lake view published");
     make_dir(model, dir, None)?;
-    let anchor = format!("SELECT * FROM {}", typed_empty(model));
+    let anchor = format!("SELECT * FROM {}", typed_empty_of(columns));
     let select = if files.is_empty() {
         anchor
     } else {
@@ -749,7 +805,7 @@ fn publish(project: &Project, model: &Model, physical: &str, dir: &VersionDir, f
         statements.push(crate::engine::root_comment_sql(physical, &project.config.root.to_string_lossy()));
     }
     engine.transaction(&statements).map_err(|e| ApplyError::build(model, None, e))?;
-    write_manifest(model, dir, files, engine)
+    write_manifest(model, (dir, columns), files, engine)
 }
 
 /// The files the version's `manifest.json` lists (what its view served at the last re-list);
@@ -783,7 +839,9 @@ fn list_files(model: &Model, dir: &VersionDir, engine: &mut dyn Engine) -> Resul
     Ok(names)
 }
 
-fn write_manifest(model: &Model, dir: &VersionDir, files: &[String], engine: &mut dyn Engine) -> Result<(), ApplyError> {
+/// Writes the version's `manifest.json`: its files, and the columns its view serves (`columns`,
+/// those of every version stored there: [`view_columns`]).
+fn write_manifest(model: &Model, (dir, columns): (&VersionDir, &[Column]), files: &[String], engine: &mut dyn Engine) -> Result<(), ApplyError> {
     let t = model.kind.time_range();
     let intervals = t
         .map(|t| {
@@ -802,7 +860,7 @@ fn write_manifest(model: &Model, dir: &VersionDir, files: &[String], engine: &mu
         format: "parquet",
         time_column: t.map(|t| t.time_column.clone()),
         grain: t.map(|t| t.grain.as_str()),
-        schema: model.schema.0.iter().map(|c| ManifestColumn { name: c.name.clone(), ty: c.ty.clone() }).collect(),
+        schema: columns.iter().map(|c| ManifestColumn { name: c.name.clone(), ty: c.ty.clone() }).collect(),
         files: files.to_vec(),
         intervals,
         generated_at: interval::to_iso(interval::now_millis()),
@@ -895,6 +953,18 @@ mod tests {
             quote_literal(&dir.file("sub/2024-01-02.parquet"))
         );
         assert!(view_files(&other).is_empty());
+    }
+
+    /// A snapshot's recorded columns, as [`view_columns`] reads another version's: name and type,
+    /// an `"exact"` mark ignored; none without a schema.
+    #[test]
+    fn a_snapshots_declared_columns_are_read_from_its_metadata() {
+        let meta = serde_json::json!({"kind": {}, "schema": [["ts", "timestamp"], ["e", "enum('A', 'b')", "exact"]]});
+        let cols = declared_columns(&meta);
+        let pairs: Vec<(&str, &str)> = cols.iter().map(|c| (c.name.as_str(), c.ty.as_str())).collect();
+        assert_eq!(pairs, [("ts", "timestamp"), ("e", "enum('A', 'b')")]);
+        assert!(declared_columns(&serde_json::Value::Null).is_empty());
+        assert!(declared_columns(&serde_json::json!({"schema": "x"})).is_empty());
     }
 
     #[test]

@@ -95,10 +95,12 @@ pub struct Options {
 
 /// What the failed attempts of one `apply --retries N` or `run --retries N` committed: the
 /// models they built (or whose intervals they recorded done, the build unfinished), the embedded
-/// models they registered, and the intervals they computed, per model. A failed attempt returns
-/// no report, and the retry's plan no longer lists what it committed; the attempt that succeeds
-/// reports it with its own ([`Committed::merge_into`]), so `built` lists every model the command
-/// built or backfilled and `intervals` counts every interval it computed.
+/// models they registered, the intervals they computed, per model, and the intervals whose done
+/// record was refused (a restatement committed meanwhile). A failed attempt returns no report,
+/// and the retry's plan no longer lists what it committed; the attempt that succeeds reports it
+/// with its own ([`Committed::merge_into`]), so `built` lists every model the command built or
+/// backfilled, `intervals` counts every interval it computed, and `restated_meanwhile` lists the
+/// refused intervals still not done.
 #[derive(Debug, Default)]
 pub struct Committed {
     /// Models built, or with intervals recorded done.
@@ -109,27 +111,40 @@ pub struct Committed {
     per_model: BTreeMap<String, usize>,
     /// Intervals recorded done.
     intervals: usize,
+    /// Intervals computed whose done record was refused ([`ApplyReport::restated_meanwhile`]).
+    restated_meanwhile: Vec<RestatedMeanwhile>,
 }
 
 impl Committed {
     /// What `report` (an attempt's, as far as it went) says was committed: its models built, and
-    /// those with intervals recorded done whose build did not finish.
+    /// those with intervals recorded done whose build did not finish; the intervals whose record
+    /// was refused.
     fn of(report: &ApplyReport) -> Self {
         let mut built = report.built.clone();
         push_new(&mut built, report.per_model.keys().filter_map(|name| ModelName::parse(name).ok()));
-        Self { built, registered: report.registered.clone(), per_model: report.per_model.clone(), intervals: report.intervals }
+        Self {
+            built,
+            registered: report.registered.clone(),
+            per_model: report.per_model.clone(),
+            intervals: report.intervals,
+            restated_meanwhile: report.restated_meanwhile.clone(),
+        }
     }
 
     /// Adds what another attempt committed.
     fn add(&mut self, other: Committed) {
         add_committed((&mut self.built, &mut self.registered, &mut self.per_model, &mut self.intervals), &other);
+        self.restated_meanwhile.extend(other.restated_meanwhile);
     }
 
     /// `report` (the attempt that succeeded) with what the earlier attempts committed: their
     /// models among its `built` and `registered` ones, each once, in `plan`'s (topological)
-    /// order; their intervals added to its counts.
+    /// order; their intervals added to its counts; their refused intervals this attempt did not
+    /// compute again before its own ([`carry_restated_meanwhile`]).
     fn merge_into(&self, report: &mut ApplyReport, plan: &Plan) {
         add_committed((&mut report.built, &mut report.registered, &mut report.per_model, &mut report.intervals), self);
+        let backfill = |m: &ModelName| plan.action(m).map_or(&[][..], |a| a.backfill.as_slice());
+        carry_restated_meanwhile(&self.restated_meanwhile, &mut report.restated_meanwhile, backfill);
         let position: HashMap<&ModelName, usize> = plan.actions.iter().enumerate().map(|(i, a)| (&a.name, i)).collect();
         let at = |n: &ModelName| position.get(n).copied().unwrap_or(usize::MAX);
         report.built.sort_by_key(|n| at(n));
@@ -156,6 +171,27 @@ fn add_committed(into: (&mut Vec<ModelName>, &mut Vec<ModelName>, &mut BTreeMap<
         *per_model.entry(m.clone()).or_default() += n;
     }
     *intervals += from.intervals;
+}
+
+/// Puts in front of `into` (the report of the attempt that succeeded) the entries of `earlier`
+/// (the refused done records of failed attempts) whose intervals that attempt did not compute:
+/// not wholly inside `backfill(model)`, the ranges its plan computed (every one of them, since
+/// it succeeded). Those are still not done, and only the failed attempt's warning said so. An
+/// entry it did compute is dropped: its intervals are done now, or refused again and listed in
+/// `into` already.
+fn carry_restated_meanwhile<'p>(earlier: &[RestatedMeanwhile], into: &mut Vec<RestatedMeanwhile>, backfill: impl Fn(&ModelName) -> &'p [Interval]) {
+    let recomputed = |r: &RestatedMeanwhile| {
+        let covered: i64 = backfill(&r.model).iter().map(|b| (b.end.min(r.to) - b.start.max(r.from)).max(0)).sum();
+        covered >= r.to - r.from
+    };
+    let mut kept: Vec<RestatedMeanwhile> = Vec::new();
+    for r in earlier.iter().filter(|&r| !recomputed(r)) {
+        if !kept.contains(r) && !into.contains(r) {
+            kept.push(r.clone());
+        }
+    }
+    kept.append(into);
+    *into = kept;
 }
 
 /// A catalog proven to be the engine's own when the connection of an apply or a run opened
@@ -1031,7 +1067,9 @@ fn execute_recorded(
         let physical = action.physical.clone().unwrap_or_default();
         if model.target == crate::core::Target::Parquet {
             // A lake view cannot be altered: re-create it anchored on the new declared columns
-            // (a full version whose file is lost is rebuilt below instead).
+            // and those of every other version stored there (an older version re-listing the view
+            // a forward-only one shares keeps the added columns, `lake::refresh`); a full version
+            // whose file is lost is rebuilt below instead.
             if !(action.repair.as_ref().is_some_and(|r| r.lake_files_missing) && model.kind.time_range().is_none()) {
                 lake::refresh(project, model, &physical, state, engine)?;
             }
@@ -2246,6 +2284,9 @@ fn promote(
     let mut touched: Vec<(String, String)> = Vec::new();
     // The actions whose environment view a statement creates or replaces.
     let mut swapped: Vec<&crate::plan::Action> = Vec::new();
+    // Each statement that creates, replaces or drops a model's view, with the model: a failing
+    // one is reported naming it ([`in_view_of`]).
+    let mut owners: Vec<(String, &ModelName)> = Vec::new();
     for a in &plan.actions {
         let view = |name: &ModelName| format!("{}.{}", quote_ident(&env_schema(&plan.env, name.schema())), quote_ident(name.table()));
         // Unchanged pointers keep their views, unless the engine lost one (the plan's repair).
@@ -2255,7 +2296,10 @@ fn promote(
         }
         match a.change {
             _ if keeps_view => {}
-            Change::Removed => drops.push(dialect.drop_view_if_exists(&view(&a.name))),
+            Change::Removed => {
+                drops.push(dialect.drop_view_if_exists(&view(&a.name)));
+                owners.extend(drops.last().map(|sql| (sql.clone(), &a.name)));
+            }
             _ => match (&a.physical, project.dag.get(&a.name)) {
                 (Some(physical), Some(model)) => {
                     let schema = env_schema(&plan.env, a.name.schema());
@@ -2266,11 +2310,16 @@ fn promote(
                     // the view's shape is the contract, whatever order an inherited
                     // (forward-only) table has.
                     let cols: Vec<String> = model.relation_columns().iter().map(|c| quote_ident(&c.name)).collect();
-                    creates.extend(dialect.replace_view_as(&view(&a.name), &format!("SELECT {} FROM {physical}", cols.join(", "))));
+                    let replace = dialect.replace_view_as(&view(&a.name), &format!("SELECT {} FROM {physical}", cols.join(", ")));
+                    owners.extend(replace.iter().map(|sql| (sql.clone(), &a.name)));
+                    creates.extend(replace);
                     swapped.push(a);
                 }
                 // Externals and embedded models have no view; one may replace a model that had.
-                _ if a.change != Change::Added => drops.push(dialect.drop_view_if_exists(&view(&a.name))),
+                _ if a.change != Change::Added => {
+                    drops.push(dialect.drop_view_if_exists(&view(&a.name)));
+                    owners.extend(drops.last().map(|sql| (sql.clone(), &a.name)));
+                }
                 _ => {}
             },
         }
@@ -2348,7 +2397,7 @@ fn promote(
             {
                 return Err(lost);
             }
-            return Err(e.into());
+            return Err(in_view_of(project, &plan.env, &owners, e).into());
         }
         fault::crash_point(|| "after-view-swap".to_string());
         fault::lose_lock_point("after-view-swap", state, &lease);
@@ -2384,6 +2433,18 @@ fn promote(
     }
     tracing::info!(env = %plan.env, "promoted{}", if report.built.is_empty() { " (view swap only)".to_string() } else { format!(", built {}", report.built.len()) });
     Ok(())
+}
+
+/// `e`, an engine failure of the view swap promoting `env`, naming the model whose view the
+/// failing statement creates, replaces or drops — and where it is defined, when the project
+/// still has it — before the engine's message (a view over an unreachable S3 lake fails with
+/// the engine's `IO Error`, which names no model); `e` as it is when the statement is not one
+/// of `owners` (the schemas, the ownership record). Still transient when it was ([`in_step`]).
+fn in_view_of(project: &Project, env: &str, owners: &[(String, &ModelName)], e: EngineError) -> EngineError {
+    // The error carries the statement as `EngineError::new` shortens it: compared the same way.
+    let Some((_, name)) = owners.iter().find(|(sql, _)| !e.sql.is_empty() && EngineError::new(sql, "").sql == e.sql) else { return e };
+    let at = project.dag.get(name).map(|m| format!("{}: ", m.location)).unwrap_or_default();
+    in_step(&format!("{at}promoting `{env}`: the view of model `{name}`"), e)
 }
 
 /// Whether the state store still records the promotion of `env` to `pointers` (undo record
@@ -3408,6 +3469,45 @@ mod tests {
         let io = in_step(step, EngineError::new("SELECT 1", "IO Error: Could not read from file \"x.duckdb\": Resource temporarily unavailable"));
         assert!(ApplyError::Engine(io).is_transient(), "judged by the engine's message before the step was named");
         assert!(!ApplyError::Engine(in_step(step, EngineError::new("SELECT 1", "Binder Error: nope"))).is_transient());
+    }
+
+    /// `--retries`: the intervals whose done record a failed attempt saw refused (a restatement
+    /// committed meanwhile) reach the report of the attempt that succeeds, before its own, unless
+    /// that attempt computed them again (they are done now, or refused again and listed by it).
+    #[test]
+    fn refused_done_records_of_a_failed_attempt_reach_the_report_of_the_retry_that_succeeds() {
+        let day = 86_400_000;
+        let refused = |m: &str, from: i64, to: i64| RestatedMeanwhile {
+            model: ModelName::parse(m).unwrap(),
+            from: from * day,
+            to: to * day,
+            intervals: usize::try_from(to - from).unwrap(),
+        };
+        let mut committed = Committed::default();
+        committed.add(Committed::of(&ApplyReport { restated_meanwhile: vec![refused("t.daily", 3, 6)], ..ApplyReport::default() }));
+        committed.add(Committed::of(&ApplyReport { restated_meanwhile: vec![refused("t.other", 0, 1)], ..ApplyReport::default() }));
+        let plan = Plan {
+            env: "dev".into(),
+            now: 0,
+            has_changes: true,
+            actions: Vec::new(),
+            canon_cache_misses: Vec::new(),
+            from_memo: false,
+            generation: None,
+            also_writes: Vec::new(),
+            refused: None,
+        };
+        let mut report = ApplyReport { restated_meanwhile: vec![refused("t.weekly", 0, 7)], ..ApplyReport::default() };
+        committed.merge_into(&mut report, &plan);
+        assert_eq!(report.restated_meanwhile, vec![refused("t.daily", 3, 6), refused("t.other", 0, 1), refused("t.weekly", 0, 7)]);
+
+        // Computed again by the attempt that succeeded (wholly inside its backfill): dropped.
+        let backfill = [Interval::new(2 * day, 5 * day), Interval::new(5 * day, 8 * day)];
+        let daily = ModelName::parse("t.daily").unwrap();
+        let mut into = vec![refused("t.other", 0, 1)];
+        let earlier = [refused("t.daily", 3, 6), refused("t.daily", 7, 9), refused("t.other", 0, 1)];
+        carry_restated_meanwhile(&earlier, &mut into, |m: &ModelName| if *m == daily { &backfill[..] } else { &[][..] });
+        assert_eq!(into, vec![refused("t.daily", 7, 9), refused("t.other", 0, 1)], "once each, the partly recomputed range kept");
     }
 
     #[test]

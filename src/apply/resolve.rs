@@ -45,7 +45,12 @@ impl<'a> ExecResolver<'a> {
 /// `(SELECT CAST(NULL AS <type>) AS "<col>", … LIMIT 0)`: a relation with a model's declared
 /// shape (plus its kind's managed columns) and no rows.
 pub fn typed_empty(model: &Model) -> String {
-    let cols: Vec<String> = model.relation_columns().iter().map(|c| format!("CAST(NULL AS {}) AS {}", c.ty, quote_ident(&c.name))).collect();
+    typed_empty_of(&model.relation_columns())
+}
+
+/// [`typed_empty`] of `columns`: `(SELECT CAST(NULL AS <type>) AS "<col>", … LIMIT 0)`.
+pub fn typed_empty_of(columns: &[crate::core::Column]) -> String {
+    let cols: Vec<String> = columns.iter().map(|c| format!("CAST(NULL AS {}) AS {}", c.ty, quote_ident(&c.name))).collect();
     format!("(SELECT {} LIMIT 0)", cols.join(", "))
 }
 

@@ -279,9 +279,10 @@ pub enum Command {
         /// Rows previewed per changed model (0: no preview).
         #[arg(long, value_name = "N", default_value_t = 10, value_parser = row_count())]
         preview_rows: usize,
-        /// How old a file event must be before it is re-planned for, in milliseconds (at least 1:
-        /// 0 would make the file watcher poll without pause).
-        #[arg(long, value_name = "MS", default_value_t = 75, value_parser = clap::value_parser!(u64).range(1..))]
+        /// How old a file event must be before it is re-planned for, in milliseconds, 1 to 60000
+        /// (0 would make the file watcher poll without pause; past a minute a save would wait
+        /// that long for its line, and a huge window never gives one).
+        #[arg(long, value_name = "MS", default_value_t = 75, value_parser = clap::value_parser!(u64).range(1..=MAX_DEBOUNCE_MS))]
         debounce_ms: u64,
     },
     /// Preview models' data: run their queries read-only against what an environment serves for
@@ -467,6 +468,10 @@ impl Command {
     }
 }
 
+/// The largest `watch --debounce-ms`: a minute. A larger window only delays each save's line,
+/// and one near `u64::MAX` was taken and then never delivered a save at all.
+pub const MAX_DEBOUNCE_MS: u64 = 60_000;
+
 /// The parser of a number of rows to show (`preview --rows`, `watch --preview-rows`): a whole
 /// number up to `i64::MAX`. The engines take it as a `LIMIT`, a 64-bit signed integer on both
 /// (beyond it DuckDB fails converting it and Postgres calls it out of range, each blamed on the
@@ -508,6 +513,23 @@ mod tests {
         for (args, flag) in refused {
             let e = rows(args).expect_err("refused");
             assert!(e.contains(flag) && e.contains(args.last().copied().unwrap_or_default()), "{args:?}: {e}");
+        }
+    }
+
+    /// `watch --debounce-ms` takes 1 to a minute: 0 would poll without pause, and a window near
+    /// `u64::MAX` was taken, after which a save never produced a line.
+    #[test]
+    fn a_debounce_window_past_a_minute_or_zero_is_refused_naming_the_flag() {
+        let debounce = |ms: &str| match Args::try_parse_from(["efmesh", "watch", "dev", "--debounce-ms", ms]).map(|a| a.command) {
+            Ok(Command::Watch { debounce_ms, .. }) => Ok(debounce_ms),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e.to_string()),
+        };
+        assert_eq!(debounce("1"), Ok(1));
+        assert_eq!(debounce("60000"), Ok(MAX_DEBOUNCE_MS));
+        for ms in ["0", "60001", "18446744073709551615", "18446744073709551616"] {
+            let e = debounce(ms).expect_err("refused");
+            assert!(e.contains("--debounce-ms") && e.contains(ms), "{ms}: {e}");
         }
     }
 }

@@ -108,6 +108,9 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
                     n => notes.push(format!("lake view lacks the files of {n} done interval{}: re-list", if n == 1 { "" } else { "s" })),
                 }
             }
+            if !r.lake_view_lacks.is_empty() {
+                notes.push(format!("{}: re-list", r.lacks_note()));
+            }
             if !r.forgotten.is_empty() {
                 notes.push(r.forgotten_note());
             }

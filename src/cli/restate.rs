@@ -6,7 +6,7 @@
 //! alone, and without opening the engine for writing: an apply or run of another environment
 //! serving a restated version (`run dev` while `prod` restates) may be computing the range
 //! meanwhile. The restatement moves each target's data generation
-//! ([`StateStore::restate_intervals`]), and that run's batches of it, whose done records are a
+//! ([`StateStore::restate`]), and that run's batches of it, whose done records are a
 //! compare-and-set on the generation ([`StateStore::mark_done_unless_moved`]), are then not
 //! recorded done: the next run recomputes them (SPEC §4 invariant 33).
 
@@ -167,7 +167,7 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
     if req.dry_run {
         for (n, fp, f, e) in &targets {
             let n_done = state.done_intervals(n, fp)?.range(*f..*e).count();
-            cleared.push((n.clone(), *f, *e, n_done));
+            cleared.push((n.clone(), *f, *e, n_done, false));
         }
     } else {
         let state = super::writable_state(&project, state)?;
@@ -179,17 +179,21 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
         // was taken) and every range cleared, or nothing is.
         let request: Vec<RestateTarget> =
             targets.iter().map(|(n, fp, f, e)| RestateTarget { name: n.clone(), fingerprint: fp.clone(), from: *f, to: *e }).collect();
-        let result = state.restate_intervals(req.env, &request);
+        let result = state.restate(req.env, &request);
         guard.release(&*state);
         let counts =
             result.map_err(|e| if e.is_pointer_moved() { anyhow!("{e}; nothing was cleared\n  hint: run restate again") } else { anyhow::Error::from(e) })?;
-        for ((n, _, f, e), k) in targets.iter().zip(counts) {
-            cleared.push((n.clone(), *f, *e, k));
+        for ((n, _, f, e), r) in targets.iter().zip(counts) {
+            cleared.push((n.clone(), *f, *e, r.cleared, r.fenced));
         }
     }
     // No done interval in the range: nothing was (or would be) cleared, so the next run has
     // nothing to recompute and no full or view descendant to rebuild.
-    let nothing = cleared.iter().all(|(_, _, _, k)| *k == 0);
+    let nothing = cleared.iter().all(|(_, _, _, k, _)| *k == 0);
+    // The versions whose data generation moved though nothing was cleared: another
+    // environment's apply or run relies on them, and its batches of the range under way are
+    // refused their done records ([`StateStore::restate`]).
+    let fenced: Vec<&str> = cleared.iter().filter(|(_, _, _, _, fenced)| *fenced).map(|(n, ..)| n.as_str()).collect();
     if nothing {
         rebuilt.clear();
     }
@@ -200,7 +204,10 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
             "from": to_iso(from),
             "to": to_iso(to),
             "dryRun": req.dry_run,
-            "restated": cleared.iter().map(|(n, f, e, k)| json!({"model": n, "from": to_iso(*f), "to": to_iso(*e), "intervals": k})).collect::<Vec<_>>(),
+            "restated": cleared
+                .iter()
+                .map(|(n, f, e, k, fenced)| json!({"model": n, "from": to_iso(*f), "to": to_iso(*e), "intervals": k, "fenced": fenced}))
+                .collect::<Vec<_>>(),
             "rebuiltByNextRun": rebuilt,
             "notRestated": refused,
             "outsideBounds": outside_bounds.iter().map(|(n, k)| json!({"model": n, "intervals": k})).collect::<Vec<_>>(),
@@ -208,7 +215,7 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
     } else {
         let verb = if req.dry_run { "would clear" } else { "cleared" };
         let mut text = String::new();
-        for (n, f, e, k) in &cleared {
+        for (n, f, e, k, _) in &cleared {
             text.push_str(&format!("{n}: {verb} {k} done interval(s) in [{}, {})\n", to_iso(*f), to_iso(*e)));
         }
         for (n, k) in &outside_bounds {
@@ -218,8 +225,15 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
             // The done intervals outside a model's bounds named above are left as computed: the
             // range held no done interval a run recomputes.
             let within = if outside_bounds.is_empty() { "" } else { " within the models' `start`/`end`" };
-            text.push_str(&format!("no interval in [{}, {}){within} was done: nothing to recompute\n", to_iso(from), to_iso(to)));
+            text.push_str(&format!("no interval in [{}, {}){within} was done: nothing to recompute", to_iso(from), to_iso(to)));
+            if !fenced.is_empty() {
+                text.push_str(&fence_note(&fenced));
+            }
+            text.push('\n');
         } else {
+            if !fenced.is_empty() {
+                text.push_str(&format!("{}: nothing to clear{}\n", names(&fenced), fence_note(&fenced)));
+            }
             if !rebuilt.is_empty() {
                 text.push_str(&format!("rebuilt by the next run: {}\n", rebuilt.join(", ")));
             }
@@ -230,6 +244,23 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
         out.text(&text)?;
     }
     Ok(Exit::Success)
+}
+
+/// `list` as `` `a`, `b` ``.
+fn names(list: &[&str]) -> String {
+    list.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+}
+
+/// What a restatement that cleared nothing of the versions of `fenced` did all the same (it
+/// moved their data generation: an apply or run of another environment relies on them), said
+/// after the line of the range: the batches of the range that apply or run has under way are
+/// not recorded done, and its next run recomputes them.
+fn fence_note(fenced: &[&str]) -> String {
+    format!(
+        "; but an apply or run of another environment relies on the version{} of {} it serves: its batches of the range under way will not be recorded done (`restatedMeanwhile`), and its next run recomputes them",
+        if fenced.len() == 1 { "" } else { "s" },
+        names(fenced)
+    )
 }
 
 /// A time-range version a restatement clears: the model, its fingerprint, and the range

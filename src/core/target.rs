@@ -275,6 +275,81 @@ pub fn lake_view_lost_files(sql: &str, (table, fingerprint): (&str, &str), prese
     lake_view_files(sql, table, fingerprint).into_iter().filter(|f| !present.contains(f)).collect()
 }
 
+/// The columns the typed empty relation of a parquet lake version's view definition `sql`
+/// declares, in order: the aliases of its `CAST(NULL AS <type>) AS <column>, … LIMIT 0`, as the
+/// apply writes it (every name quoted) and as DuckDB's catalog renders it (a name quoted only
+/// when it must be), unquoted. `None` when `sql` has no such relation. The plan's integrity check
+/// compares them with the columns its version declares (`repair.lakeViewLacks`): a view
+/// re-created from a version with fewer columns (by an efmesh that anchored the view on the
+/// re-listing version alone) fails every query of an environment selecting the others.
+pub fn lake_view_anchor_columns(sql: &str) -> Option<Vec<String>> {
+    // (ASCII lowercasing keeps every byte offset.)
+    let lower = sql.to_ascii_lowercase();
+    let start = lower.find("cast(null as ")?;
+    let bytes = sql.as_bytes();
+    let mut items: Vec<&str> = Vec::new();
+    let (mut depth, mut from, mut quote) = (0usize, start, None::<u8>);
+    let mut i = start;
+    let limit_at = |i: usize| lower[i..].trim_start().strip_prefix("limit").is_some_and(|r| r.starts_with(char::is_whitespace));
+    // Up to the `LIMIT` (or the parenthesis closing the relation), items split at commas
+    // outside parentheses and quotes (a type's `decimal(18, 3)`, an enum's labels).
+    let end = loop {
+        let b = *bytes.get(i)?;
+        match quote {
+            // (A doubled quote closes and opens again: the same.)
+            Some(q) if b == q => quote = None,
+            Some(_) => {}
+            None => match b {
+                b'\'' | b'"' => quote = Some(b),
+                b'(' => depth += 1,
+                b')' if depth == 0 => break i,
+                b')' => depth -= 1,
+                b',' if depth == 0 => {
+                    items.push(&sql[from..i]);
+                    from = i + 1;
+                }
+                _ if depth == 0 && b.is_ascii_whitespace() && limit_at(i) => break i,
+                _ => {}
+            },
+        }
+        i += 1;
+    };
+    items.push(&sql[from..end]);
+    items.into_iter().map(anchor_alias).collect()
+}
+
+/// The column an item `CAST(NULL AS <type>) AS <column>` of a lake view's typed empty relation
+/// names, unquoted ([`lake_view_anchor_columns`]).
+fn anchor_alias(item: &str) -> Option<String> {
+    let (mut depth, mut quote) = (0usize, None::<u8>);
+    for (i, b) in item.bytes().enumerate() {
+        match quote {
+            Some(q) if b == q => quote = None,
+            Some(_) => {}
+            None => match b {
+                b'\'' | b'"' => quote = Some(b),
+                b'(' => depth += 1,
+                b')' => {
+                    depth = depth.checked_sub(1)?;
+                    if depth == 0 {
+                        let (keyword, name) = item[i + 1..].trim().split_once(char::is_whitespace)?;
+                        if !keyword.eq_ignore_ascii_case("as") {
+                            return None;
+                        }
+                        let name = name.trim();
+                        return Some(match name.strip_prefix('"').and_then(|n| n.strip_suffix('"')) {
+                            Some(quoted) => quoted.replace("\"\"", "\""),
+                            None => name.to_string(),
+                        });
+                    }
+                }
+                _ => {}
+            },
+        }
+    }
+    None
+}
+
 /// The files a parquet version's `manifest.json` text lists; none when it cannot be parsed.
 pub fn lake_manifest_files(text: &str) -> Vec<String> {
     serde_json::from_str::<serde_json::Value>(text)
@@ -286,6 +361,26 @@ pub fn lake_manifest_files(text: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The columns of a lake view's typed empty relation are read as the apply writes it (every
+    /// name quoted) and as DuckDB's catalog renders it (quoted only when needed), through types
+    /// with commas and quotes; a view without one reads as `None`.
+    #[test]
+    fn a_lake_views_anchored_columns_are_read_as_written_and_as_rendered() {
+        let fp = "a".repeat(64);
+        let written = format!(
+            "CREATE OR REPLACE VIEW x AS\nSELECT * FROM (SELECT CAST(NULL AS TIMESTAMP) AS \"ts\", CAST(NULL AS decimal(18, 3)) AS \"Amount\", CAST(NULL AS enum('a, b', 'c)')) AS \"we\"\"ird\" LIMIT 0)\nUNION ALL BY NAME\nSELECT * FROM read_parquet(['/l/s__t/{fp}/2024-01-01.parquet'], union_by_name = true, hive_partitioning = false)"
+        );
+        let names = |v: &[&str]| Some(v.iter().map(ToString::to_string).collect::<Vec<_>>());
+        assert_eq!(lake_view_anchor_columns(&written), names(&["ts", "Amount", "we\"ird"]));
+        let rendered = format!(
+            "CREATE VIEW _efmesh.s__t__{fp} AS (SELECT * FROM (SELECT CAST(NULL AS TIMESTAMP) AS ts, CAST(NULL AS BIGINT) AS v, CAST(NULL AS BIGINT) AS \"limit\" LIMIT 0)) UNION ALL BY NAME (SELECT * FROM read_parquet(main.list_value('/l/s__t/{fp}/2024-01-01.parquet'), (union_by_name = CAST('t' AS BOOLEAN)), (hive_partitioning = CAST('f' AS BOOLEAN))));"
+        );
+        assert_eq!(lake_view_anchor_columns(&rendered), names(&["ts", "v", "limit"]));
+        // No file yet: the relation alone; a name starting like the keyword is no `LIMIT`.
+        assert_eq!(lake_view_anchor_columns("CREATE VIEW x AS SELECT * FROM (SELECT CAST(NULL AS INTEGER) AS limited LIMIT 0);"), names(&["limited"]));
+        assert_eq!(lake_view_anchor_columns("CREATE VIEW x AS SELECT * FROM read_parquet(['/l/a.parquet'])"), None);
+    }
 
     #[test]
     fn names_round_trip_and_unknown_names_are_refused() {

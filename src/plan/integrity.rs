@@ -35,7 +35,12 @@
 //!   re-listed, nothing recomputed (`repair.lakeViewStale`). The list is read from the view's
 //!   definition in the catalog ([`crate::core::target::lake_view_files`]) and compared with the
 //!   ledger and, on a local lake, the one listing of its directory the check reads anyway.
-//!   Checked for every model, memo or not.
+//!   Checked for every model, memo or not;
+//! - a **lake view lacking a column its version declares** (its typed empty relation, read from
+//!   its definition: [`crate::core::target::lake_view_anchor_columns`]; re-created from an older
+//!   version sharing it by an efmesh that anchored it on that version's columns alone, so every
+//!   query of the environment's view fails) is re-listed with the columns of every version
+//!   stored there, nothing recomputed (`repair.lakeViewLacks`).
 //!
 //! A lost file of a done interval outside the model's `start`/`end` (done under wider bounds: an
 //! earlier edit, another environment's version sharing the directory) cannot be recomputed under
@@ -128,6 +133,16 @@ pub struct Repair {
     /// re-list drops them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub listed_missing: Vec<String>,
+    /// The columns the version declares that the physical view of its time-range parquet lake
+    /// version does not anchor (its typed empty relation,
+    /// [`crate::core::target::lake_view_anchor_columns`]): re-created from an older version
+    /// sharing it (the one a forward-only change kept, still served elsewhere) by an efmesh that
+    /// anchored the view on the re-listing version's columns alone. The environment's view
+    /// selects them, so every query of it fails. Apply re-lists the view
+    /// ([`crate::apply::lake::refresh`]: anchored on the columns of every version stored there),
+    /// recomputing nothing.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lake_view_lacks: Vec<String>,
     /// With `lake_view_missing` or `lake_files_missing`: the grain intervals inside the model's
     /// `start`/`end` whose file is missing from the lake; apply marks them failed (where done)
     /// before recomputing them (those the plan wants now).
@@ -163,12 +178,13 @@ impl Repair {
             && !self.lake_view_missing
             && !self.lake_files_missing
             && !self.lake_view_stale
+            && self.lake_view_lacks.is_empty()
     }
 
     /// True when apply re-creates the lake view from the ledger before anything is built, marking
     /// the intervals of [`Repair::lost_files`] failed first.
     pub fn relists_lake(&self) -> bool {
-        self.lake_view_missing || self.lake_files_missing || self.lake_view_stale
+        self.lake_view_missing || self.lake_files_missing || self.lake_view_stale || !self.lake_view_lacks.is_empty()
     }
 
     /// What is to repair, in a few words: "physical relation missing, view missing".
@@ -187,6 +203,9 @@ impl Repair {
         .collect();
         if self.lake_view_stale && !self.listed_missing.is_empty() {
             parts.push(self.listed_missing_note());
+        }
+        if !self.lake_view_lacks.is_empty() {
+            parts.push(self.lacks_note());
         }
         if !self.forgotten.is_empty() {
             parts.push(self.forgotten_note());
@@ -208,6 +227,13 @@ impl Repair {
             1 => format!("lake view lists a file no longer in the lake: {first}"),
             n => format!("lake view lists {n} files no longer in the lake: {first} and {} more", n - 1),
         }
+    }
+
+    /// [`Repair::lake_view_lacks`], in a few words, naming the columns: ``lake view lacks the
+    /// declared column(s) `w` ``.
+    pub fn lacks_note(&self) -> String {
+        let named: Vec<String> = self.lake_view_lacks.iter().map(|c| format!("`{c}`")).collect();
+        format!("lake view lacks the declared column(s) {}", named.join(", "))
     }
 
     /// What becomes of [`Repair::forgotten`], in a few words: `1 done interval(s) outside its
@@ -279,6 +305,14 @@ impl Repair {
                 action.name,
                 self.listed_missing.len(),
                 shown.join(", ")
+            ));
+        }
+        if !self.lake_view_lacks.is_empty() {
+            let named: Vec<String> = self.lake_view_lacks.iter().map(|c| format!("`{c}`")).collect();
+            out.push(format!(
+                "lake view {physical} of `{}` lacks the declared column(s) {} (re-created from an older version sharing it: every query of the environment's view fails): `apply` re-creates it with the columns of every version stored there",
+                action.name,
+                named.join(", ")
             ));
         }
         if !self.forgotten.is_empty() {
@@ -747,6 +781,13 @@ pub fn check_skipping(
                 repair.listed_missing = lost;
                 unclean.insert(action.name.clone());
             }
+            // A view anchored on fewer columns than this version declares (re-created from an
+            // older version sharing it, by an efmesh that anchored it on the re-listing version
+            // alone): every query of the environment's view, which selects them, fails.
+            repair.lake_view_lacks = lacks_columns(sql, model);
+            if !repair.lake_view_lacks.is_empty() {
+                unclean.insert(action.name.clone());
+            }
         }
         if repair.is_empty() {
             continue;
@@ -1086,6 +1127,14 @@ impl LostDone {
         }
         repair.forgotten = self.outside;
     }
+}
+
+/// The columns `model` declares that the typed empty relation of its lake view (definition
+/// `sql`, [`crate::core::target::lake_view_anchor_columns`]) does not, in declared order; none
+/// when the definition has no such relation (not read, so not judged).
+fn lacks_columns(sql: &str, model: &Model) -> Vec<String> {
+    let Some(anchored) = crate::core::target::lake_view_anchor_columns(sql) else { return Vec::new() };
+    model.relation_columns().into_iter().filter(|c| !anchored.iter().any(|a| a.eq_ignore_ascii_case(&c.name))).map(|c| c.name).collect()
 }
 
 /// Adds the grain intervals `more` to `action`'s backfill (merged, each once) and its count.

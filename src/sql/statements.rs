@@ -121,13 +121,16 @@ fn first_words(sql: &str, n: usize) -> Vec<String> {
 /// `INSERT`, `UPDATE`, `DELETE`, `MERGE`, `TRUNCATE`, `COPY`, `ANALYZE`, `VACUUM`, `REINDEX`,
 /// `CLUSTER`, `REFRESH`, `COMMENT`, `GRANT`, `REVOKE`, `CHECKPOINT`; `CREATE`, `ALTER` and `DROP`
 /// of anything but a temporary object or a secret (`TEMP`, `TEMPORARY` or `SECRET` before the
-/// kind of object: DuckDB's secrets live in the session's database instance); and on Postgres
-/// `SET LOCAL`, `SET TRANSACTION` and `SET CONSTRAINTS`, which end with the transaction. Never
-/// for a text calling `set_config` (Postgres's function form of `SET`). Everything else counts:
-/// `SET`, `RESET`, `PRAGMA`, `USE`, `ATTACH`, `DETACH`, `LOAD`, `INSTALL`, `CALL`, `DO`,
-/// `EXECUTE`, `SELECT`, `WITH`, …
+/// kind of object: DuckDB's secrets live in the session's database instance) and naming nothing
+/// in the session's temporary schema (`temp.stage`, `temp.main.stage` on DuckDB, `pg_temp.stage`
+/// on Postgres); and on Postgres `SET LOCAL`, `SET TRANSACTION` and `SET CONSTRAINTS`, which end
+/// with the transaction. Never for a text calling `set_config` (Postgres's function form of
+/// `SET`) or `setseed` (which seeds the session's `random()`). Everything else counts: `SET`,
+/// `RESET`, `PRAGMA`, `USE`, `ATTACH`, `DETACH`, `LOAD`, `INSTALL`, `CALL`, `DO`, `EXECUTE`,
+/// `SELECT`, `WITH`, …
 pub fn may_change_session(sql: &str, grammar: Grammar) -> bool {
-    if canonical_text(sql).contains("set_config") {
+    let canonical = canonical_text(sql);
+    if canonical.contains("set_config") || canonical.contains("setseed") {
         return true;
     }
     let words = first_words(sql, 8);
@@ -136,6 +139,7 @@ pub fn may_change_session(sql: &str, grammar: Grammar) -> bool {
         "INSERT" | "UPDATE" | "DELETE" | "MERGE" | "TRUNCATE" | "COPY" | "ANALYZE" | "VACUUM" | "REINDEX" | "CLUSTER" | "REFRESH" | "COMMENT" | "GRANT"
         | "REVOKE" | "CHECKPOINT" => false,
         "SET" => !(grammar == Grammar::Postgres && words.get(1).is_some_and(|w| matches!(w.as_str(), "LOCAL" | "TRANSACTION" | "CONSTRAINTS"))),
+        "CREATE" | "ALTER" | "DROP" if names_temp_schema(sql) => true,
         "CREATE" | "ALTER" | "DROP" => {
             for w in &words[1..] {
                 match w.as_str() {
@@ -148,6 +152,55 @@ pub fn may_change_session(sql: &str, grammar: Grammar) -> bool {
         }
         _ => true,
     }
+}
+
+/// True when `sql` names something in the session's temporary schema: a name whose first part
+/// (outside string literals and comments, quoted or not, in any letter case) is `temp` (DuckDB's
+/// temporary catalog: `temp.stage`, `temp.main.stage`), `pg_temp` or `pg_temp_<n>` (Postgres's),
+/// followed by a `.`. `CREATE TABLE temp.stage …` makes a temporary table as `CREATE TEMP TABLE
+/// stage …` does, without the `TEMP` keyword [`may_change_session`] otherwise goes by. A name
+/// read in the statement counts too (conservatively: the statement then only runs with one
+/// connection).
+fn names_temp_schema(sql: &str) -> bool {
+    let b = sql.as_bytes();
+    let is_temp = |name: &str| {
+        let name = name.to_ascii_lowercase();
+        name == "temp" || name == "pg_temp" || name.strip_prefix("pg_temp_").is_some_and(|n| !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()))
+    };
+    // The byte after `end` past white space is a `.`: `name` is a qualifier.
+    let qualifies = |end: usize| b[end..].iter().find(|c| !c.is_ascii_whitespace()) == Some(&b'.');
+    // The last byte before the current token, past white space, was a `.`: not a first part.
+    let mut after_dot = false;
+    let mut i = 0;
+    while i < b.len() {
+        if let Some(end) = skip_literal_or_comment(b, i) {
+            let piece = &sql[i..end];
+            if let Some(quoted) = piece.strip_prefix('"') {
+                if !after_dot && quoted.strip_suffix('"').is_some_and(is_temp) && qualifies(end) {
+                    return true;
+                }
+                after_dot = false;
+            } else if !piece.starts_with("--") && !piece.starts_with("/*") {
+                after_dot = false;
+            }
+            i = end;
+        } else if b[i].is_ascii_alphabetic() || b[i] == b'_' {
+            let start = i;
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_' || b[i] == b'$') {
+                i += 1;
+            }
+            if !after_dot && is_temp(&sql[start..i]) && qualifies(i) {
+                return true;
+            }
+            after_dot = false;
+        } else {
+            if !b[i].is_ascii_whitespace() {
+                after_dot = b[i] == b'.';
+            }
+            i += 1;
+        }
+    }
+    false
 }
 
 /// What Postgres refuses inside a transaction block (`PreventInTransactionBlock`), by its name,
@@ -292,6 +345,40 @@ mod tests {
             "",
         ] {
             assert!(may_change_session(changing, Grammar::Embedded), "{changing}");
+        }
+        // An object of the session's temporary schema, whatever the kind word before it, and
+        // `setseed` (the session's `random()` seed) anywhere in a statement.
+        for changing in [
+            "CREATE TABLE temp.stage AS SELECT 1",
+            "CREATE OR REPLACE VIEW temp.v AS SELECT 1",
+            "create table if not exists TEMP . stage (a int)",
+            "CREATE TABLE \"temp\".stage (a int)",
+            "CREATE TABLE temp.main.stage (a int)",
+            "DROP TABLE IF EXISTS temp.stage",
+            "ALTER TABLE temp.stage ADD COLUMN b int",
+            "CREATE INDEX i ON temp.stage (a)",
+            "CREATE TABLE pg_temp.stage (a int)",
+            "CREATE VIEW pg_temp_3.v AS SELECT 1",
+            "DROP VIEW /* why */ pg_temp.v",
+            "SELECT setseed(0.5)",
+            "INSERT INTO ops.log SELECT setseed(0.1), 'x'",
+            "INSERT INTO ops.log SELECT 1 FROM (SELECT SETSEED (0.2)) s",
+        ] {
+            assert!(may_change_session(changing, Grammar::Embedded), "{changing}");
+            assert!(may_change_session(changing, Grammar::Postgres), "{changing}");
+        }
+        // `temp` as a table name, a later part of a name, a prefix of a word or text is no
+        // temporary schema.
+        for harmless in [
+            "CREATE TABLE ops.temp (a int)",
+            "CREATE TABLE temp (a int)",
+            "CREATE TABLE ops.temp_stage AS SELECT 'temp.x' AS a",
+            "DROP TABLE IF EXISTS temporal.stage",
+            "CREATE VIEW ops.v AS SELECT t.a FROM ops.t AS t -- temp.stage\n",
+            "CREATE TABLE db.temp.stage (a int)",
+        ] {
+            assert!(!may_change_session(harmless, Grammar::Embedded), "{harmless}");
+            assert!(!may_change_session(harmless, Grammar::Postgres), "{harmless}");
         }
         // On Postgres a setting made for the transaction ends with it.
         assert!(!may_change_session("SET LOCAL work_mem = '64MB'", Grammar::Postgres));

@@ -598,7 +598,8 @@ pub trait StateStore: Send + std::fmt::Debug {
 
     /// Restatement: in one transaction, checks that `env` still points at every target's
     /// version and deletes the done intervals of each target whose start lies in its range, so
-    /// the next apply or run recomputes them. Returns how many were cleared per target, in order.
+    /// the next apply or run recomputes them. Returns what was done per target, in order: how
+    /// many were cleared, and whether the generation moved as a fence ([`Restated`]).
     /// Each target's data generation moves when intervals were cleared (its sharers' too), and
     /// also when none were while an apply or run of another environment relies on the version
     /// (its intents, [`StateStore::record_intents`]): a batch of it under way may have read the
@@ -608,7 +609,15 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// # Errors
     /// [`StateError::PointerMoved`] when `env` serves another version of a target (nothing is
     /// cleared); a failed write or a lost fence lease (nothing is cleared).
-    fn restate_intervals(&self, env: &str, targets: &[RestateTarget]) -> Result<Vec<usize>, StateError>;
+    fn restate(&self, env: &str, targets: &[RestateTarget]) -> Result<Vec<Restated>, StateError>;
+
+    /// [`StateStore::restate`], saying only how many done intervals were cleared per target.
+    ///
+    /// # Errors
+    /// As [`StateStore::restate`].
+    fn restate_intervals(&self, env: &str, targets: &[RestateTarget]) -> Result<Vec<usize>, StateError> {
+        Ok(self.restate(env, targets)?.into_iter().map(|r| r.cleared).collect())
+    }
 
     /// Every `full`/`view` version an apply or run decided to rebuild (downstream of new
     /// intervals of a parent) and has not rebuilt yet, oldest first.
@@ -962,7 +971,7 @@ pub struct PendingRebuild {
     pub recorded_at: String,
 }
 
-/// One version's range to restate ([`StateStore::restate_intervals`]).
+/// One version's range to restate ([`StateStore::restate`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RestateTarget {
     /// Model name.
@@ -973,6 +982,18 @@ pub struct RestateTarget {
     pub from: Millis,
     /// End of the range (exclusive).
     pub to: Millis,
+}
+
+/// What a restatement did to one target ([`StateStore::restate`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Restated {
+    /// Done intervals cleared.
+    pub cleared: usize,
+    /// True when none was cleared and the version's data generation moved all the same, as a
+    /// fence: an apply or run of another environment relied on the version (its intents), and
+    /// the done records of its batches under way are refused, so their range is recomputed by
+    /// its next run.
+    pub fenced: bool,
 }
 
 /// Ledger counts of one snapshot ([`StateStore::ledger_stats`]).

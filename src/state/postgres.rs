@@ -27,7 +27,7 @@
 
 use super::{
     AuditPass, Claim, Condemned, DataVersion, DataWrite, DoneMark, Intent, IntervalStatus, JanitorInventory, JournalEntry, LeaseClaim, LeaseHolder,
-    LeaseRecord, LedgerStats, Migration, MigrationReport, PendingPromotion, PendingRebuild, RestateTarget, STATE_VERSION, SnapshotRecord, StateError,
+    LeaseRecord, LedgerStats, Migration, MigrationReport, PendingPromotion, PendingRebuild, RestateTarget, Restated, STATE_VERSION, SnapshotRecord, StateError,
     StateStore, Tick, VersionRow,
 };
 use crate::core::interval::{Interval, Millis, parse_instant, to_iso};
@@ -1298,7 +1298,7 @@ impl StateStore for PostgresStore {
         self.run(|| "read the layout version".to_string(), || self.read(|c| Ok(c.query_one("SELECT MAX(version) FROM meta", &[])?.try_get(0)?)))
     }
 
-    fn restate_intervals(&self, env: &str, targets: &[RestateTarget]) -> Result<Vec<usize>, StateError> {
+    fn restate(&self, env: &str, targets: &[RestateTarget]) -> Result<Vec<Restated>, StateError> {
         self.run(
             || format!("restate {} version(s) of environment `{env}`", targets.len()),
             || {
@@ -1317,6 +1317,7 @@ impl StateStore for PostgresStore {
                             "DELETE FROM intervals WHERE name = $1 AND fingerprint = $2 AND status = 'done' AND start_ts >= $3 AND start_ts < $4",
                             &[&t.name, &t.fingerprint, &to_iso(t.from), &to_iso(t.to)],
                         )?;
+                        let mut fenced = false;
                         if n > 0 {
                             bump_data_generation(tx, &t.name, &t.fingerprint, &to_iso(crate::core::interval::now_millis()))?;
                         } else if tx
@@ -1326,8 +1327,9 @@ impl StateStore for PostgresStore {
                             // As SQLite's: a batch of the range may be under way in another
                             // environment's apply or run; its done record is then refused.
                             bump_own_generation(tx, &t.name, &t.fingerprint, &to_iso(crate::core::interval::now_millis()))?;
+                            fenced = true;
                         }
-                        cleared.push(n as usize);
+                        cleared.push(Restated { cleared: n as usize, fenced });
                     }
                     Ok(cleared)
                 })

@@ -8,7 +8,8 @@
 
 use super::{
     AuditPass, Claim, Condemned, DataVersion, DataWrite, DoneMark, Intent, IntervalStatus, JanitorInventory, JournalEntry, LeaseClaim, LeaseHolder,
-    LeaseRecord, LedgerStats, PendingPromotion, PendingRebuild, RestateTarget, STATE_VERSION, SnapshotRecord, StateError, StateStore, Tick, VersionRow,
+    LeaseRecord, LedgerStats, PendingPromotion, PendingRebuild, RestateTarget, Restated, STATE_VERSION, SnapshotRecord, StateError, StateStore, Tick,
+    VersionRow,
 };
 use crate::core::interval::{Interval, Millis, parse_instant, to_iso};
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
@@ -2050,7 +2051,7 @@ impl StateStore for SqliteStore {
         )
     }
 
-    fn restate_intervals(&self, env: &str, targets: &[RestateTarget]) -> Result<Vec<usize>, StateError> {
+    fn restate(&self, env: &str, targets: &[RestateTarget]) -> Result<Vec<Restated>, StateError> {
         self.run(
             || format!("restate {} version(s) of environment `{env}`", targets.len()),
             || {
@@ -2068,6 +2069,7 @@ impl StateStore for SqliteStore {
                             return Err(Fault::Fail(StateError::PointerMoved { store: self.location(), env: env.to_string(), name: t.name.clone() }));
                         }
                         let n = clear.execute(params![t.name, t.fingerprint, to_iso(t.from), to_iso(t.to)])?;
+                        let mut fenced = false;
                         if n > 0 {
                             bump_data_generation(tx, &t.name, &t.fingerprint, &to_iso(crate::core::interval::now_millis()))?;
                         } else if relied_on.exists(params![t.name, t.fingerprint, env])? {
@@ -2076,8 +2078,9 @@ impl StateStore for SqliteStore {
                             // its done record is refused (`mark_done_unless_moved`). No data
                             // changed: the table's other versions keep theirs.
                             bump_own_generation(tx, &t.name, &t.fingerprint, &to_iso(crate::core::interval::now_millis()))?;
+                            fenced = true;
                         }
-                        cleared.push(n);
+                        cleared.push(Restated { cleared: n, fenced });
                     }
                     Ok(cleared)
                 })

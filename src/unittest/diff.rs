@@ -94,12 +94,30 @@ pub fn unsigned_zeros(mut rows: Vec<TextRow>, numeric: &[bool]) -> Vec<TextRow> 
 }
 
 /// How a value prints in a diff: NULL as `NULL`, text as is — but quoted (`'NULL'`, `'a '`,
-/// `''`) when it would read as something else: the text `NULL` (any case), and text that is
-/// empty or starts or ends with white space (`'a '` and `'a'` would print alike).
+/// `''`) when it would read as something else: the text `NULL` (any case), text that is empty or
+/// starts or ends with white space (`'a '` and `'a'` would print alike), and text holding a
+/// control character (a line break would break the table's rows and columns), which is shown
+/// escaped: `'a\nb'`, `'a\tb'`, `'\r'`, others as `\u{1b}`. Quoted text escapes a backslash as
+/// `\\`, so an escape is never read for a backslash the value holds.
 pub fn show(v: &Option<String>) -> std::borrow::Cow<'_, str> {
     match v.as_deref() {
         None => "NULL".into(),
-        Some(t) if t.eq_ignore_ascii_case("null") || t.is_empty() || t.trim() != t => format!("'{t}'").into(),
+        Some(t) if t.eq_ignore_ascii_case("null") || t.is_empty() || t.trim() != t || t.contains(char::is_control) => {
+            let mut quoted = String::with_capacity(t.len() + 2);
+            quoted.push('\'');
+            for c in t.chars() {
+                match c {
+                    '\n' => quoted.push_str("\\n"),
+                    '\r' => quoted.push_str("\\r"),
+                    '\t' => quoted.push_str("\\t"),
+                    '\\' => quoted.push_str("\\\\"),
+                    c if c.is_control() => quoted.extend(c.escape_unicode()),
+                    c => quoted.push(c),
+                }
+            }
+            quoted.push('\'');
+            quoted.into()
+        }
         Some(t) => t.into(),
     }
 }
@@ -155,6 +173,24 @@ mod tests {
     fn text_with_edge_white_space_or_empty_is_quoted_in_a_diff() {
         let s = |v: Option<&str>| show(&v.map(str::to_string)).into_owned();
         assert_eq!([s(Some("a ")), s(Some(" a")), s(Some("")), s(Some("null")), s(None), s(Some("a b"))], ["'a '", "' a'", "''", "'null'", "NULL", "a b"]);
+    }
+
+    /// A line break, a carriage return or a tab printed raw would break the diff's table: text
+    /// holding one is quoted with it escaped (a backslash it holds too, so the escapes read back
+    /// unambiguously); a backslash alone leaves text as it is.
+    #[test]
+    fn text_with_control_characters_is_quoted_escaped_and_keeps_the_table_on_its_rows() {
+        let s = |v: &str| show(&Some(v.to_string())).into_owned();
+        assert_eq!(s("a\nb"), "'a\\nb'");
+        assert_eq!(s("x\r\n"), "'x\\r\\n'");
+        assert_eq!(s("a\tb"), "'a\\tb'");
+        assert_eq!(s("esc\u{1b}"), "'esc\\u{1b}'");
+        assert_eq!(s("c:\\d\ne"), "'c:\\\\d\\ne'");
+        assert_eq!(s("c:\\d"), "c:\\d");
+        let d = RowDiff { missing: vec![row(&[Some("1"), Some("two\nlines")])], unexpected: vec![row(&[Some("1"), Some("two lines")])], order: None };
+        let text = render(&["id".into(), "note".into()], &d, "");
+        assert_eq!(text, "   id  note\n-  1   'two\\nlines'\n+  1   two lines");
+        assert_eq!(text.lines().count(), 3, "one line per row: {text}");
     }
 
     fn row(v: &[Option<&str>]) -> TextRow {

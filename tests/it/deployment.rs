@@ -199,6 +199,7 @@ crate::on_every_engine!(
     restate_is_refused_while_the_project_differs_from_the_environment,
     restate_of_a_non_prod_environment_is_refused_on_versions_prod_serves,
     a_rollup_dev_reads_over_its_own_child_gets_its_own_table_rebuilt_by_dev_runs_never_touching_prod,
+    a_restatement_clearing_nothing_while_another_environments_run_relies_on_the_version_says_its_batches_are_recomputed,
 );
 
 fn two_applies_at_once_one_applies_the_other_names_the_holder(backend: StateBackend, engine: EngineBackend) {
@@ -938,6 +939,39 @@ fn a_restatement_committed_while_another_environments_batch_awaits_its_record_is
         vec![vec![Some("2026-01".into()), Some("10".into()), Some("10".into())], vec![Some("2026-02".into()), Some("2".into()), Some("2".into())]]
     );
     assert_eq!(p.rows(&env_view("prod", "t.roll")), vec![vec![Some((31 * 10 + 9 * 2).to_string())]]);
+}
+
+/// `restate prod` of days nothing records done (a batch of them committed by `run dev`, which
+/// serves `prod`'s versions, and not recorded yet: the test hook
+/// `EFMESH_DELAY=batch-committed:t.parent`) clears nothing, yet moves the version's data
+/// generation as a fence: that run's batch is refused its done record. The report says so
+/// rather than only "nothing to recompute" (`"fenced": true` in JSON), and the run warns.
+fn a_restatement_clearing_nothing_while_another_environments_run_relies_on_the_version_says_its_batches_are_recomputed(engine: EngineBackend) {
+    let p = restate_project(engine, 1);
+    p.apply("prod");
+    p.apply("dev");
+    // `dev`'s next run recomputes 5-7 January: one batch of `t.parent`.
+    p.run(&["restate", "prod", "--model", "t.parent", "--from", "2026-01-05", "--to", "2026-01-08"]).expect_code(0);
+    let restate = ["restate", "prod", "--model", "t.parent", "--from", "2026-01-05", "--to", "2026-01-08"];
+    let (code, seen) = crate::engine_record::run_held(
+        &p,
+        &["run", "dev"],
+        "batch-committed:t.parent=6000",
+        |l| l.contains("test hook: delaying") && l.contains("point=batch-committed:t.parent"),
+        |_| {
+            let text = p.run(&restate).expect_code(0).stdout.clone();
+            assert!(text.contains("was done: nothing to recompute; but an apply or run of another environment relies on the version"), "{text}");
+            assert!(text.contains("`t.parent`") && text.contains("will not be recorded done") && text.contains("its next run recomputes them"), "{text}");
+            let v = p.run(&[&restate[..], &["--json"]].concat()).expect_code(0).json();
+            let parent = v["restated"].as_array().unwrap().iter().find(|r| r["model"] == "t.parent").cloned().unwrap_or_default();
+            assert_eq!((parent["intervals"].as_u64(), parent["fenced"].as_bool()), (Some(0), Some(true)), "{v:#}");
+        },
+    );
+    assert_eq!(code, Some(0), "{seen}");
+    assert!(seen.contains("t.parent: 3 interval(s) in [2026-01-05T00:00:00.000Z, 2026-01-08T00:00:00.000Z) computed but not recorded done"), "{seen}");
+    // A dry run moves nothing: no fence.
+    let dry = p.run(&[&restate[..], &["--dry-run", "--json"]].concat()).expect_code(0).json();
+    assert!(dry["restated"].as_array().unwrap().iter().all(|r| r["fenced"] == false), "{dry:#}");
 }
 
 fn restate_then_apply_recomputes_the_month_in_the_parent_the_child_and_the_full_rollup(engine: EngineBackend) {

@@ -541,6 +541,136 @@ fn a_forward_only_column_lands_in_new_files_of_the_kept_directory() {
     assert_eq!(p.plan("dev")["hasChanges"], Value::Bool(false));
 }
 
+/// `raw.src`: 8 rows over [2026-01-01, 2026-01-03); with `x`, a non-breaking change (a column added).
+fn shared_view_src(x: bool) -> String {
+    let (col, select) = if x { (", x bigint", ", 1 AS x") } else { ("", "") };
+    format!(
+        "-- name: raw.src\n-- kind: full\n-- schema: ts timestamp, v bigint{col}\n\
+         SELECT TIMESTAMP '2026-01-01' + INTERVAL (i) HOUR * 6 AS ts, i AS v{select} FROM range(0, 8) t(i)\n"
+    )
+}
+
+/// `lk.d`: a time-range parquet model over `raw.src`; with `w`, the column `w` added.
+fn shared_view_d(w: bool) -> String {
+    let (col, select) = if w { (", w bigint", ", v * 10 AS w") } else { ("", "") };
+    format!(
+        "-- name: lk.d\n\
+         -- kind: incremental_by_time_range(time_column = ts, start = 2026-01-01, end = 2026-01-03, grain = day)\n\
+         -- target: parquet\n-- schema: ts timestamp, v bigint{col}\n-- refs: raw.src\n\
+         SELECT ts, v{select} FROM @ref(raw.src) WHERE ts >= @start AND ts < @end\n"
+    )
+}
+
+/// Both environments applied, then `lk.d` given the column `w` in `prod` by a forward-only change
+/// (its version keeps the physical lake view of the one `dev` serves): the project as `prod`
+/// serves it. Returns the shared physical relation.
+fn shared_view_project() -> (Project, String) {
+    let p = Project::new();
+    p.write("efmesh.toml", &p.config_with("[lake]\npath = \"lake\"\n").replace("models/**/*.lua", "models/**/*.sql"));
+    p.write("models/src.sql", &shared_view_src(false));
+    p.write("models/d.sql", &shared_view_d(false));
+    p.apply("dev");
+    p.apply("prod");
+    p.write("models/d.sql", &shared_view_d(true));
+    let v = p.run(&["apply", "prod", "--yes", "--json", "--forward-only", "lk.d"]).expect_code(0).json();
+    let d = action(&v["plan"], "lk.d");
+    assert_eq!(d["change"], "forward-only", "{d:#}");
+    let physical = d["physical"].as_str().expect("physical").to_string();
+    assert_eq!(p.query("SELECT count(*), count(w) FROM lk.d"), vec![vec![Some("8".to_string()), Some("0".to_string())]]);
+    (p, physical)
+}
+
+/// The columns of a relation, in order.
+fn column_names(p: &Project, relation: &str) -> Vec<String> {
+    described(p, relation).into_iter().map(|(c, _)| c).collect()
+}
+
+/// After a forward-only column added in `prod`, `prod`'s version keeps the physical lake view of
+/// the version `dev` still serves. An apply re-creating that view from the older definition (a
+/// non-breaking change of a parent reused in `dev`, the DuckDB file lost and `dev` applied first)
+/// anchored it on the older version's columns alone: `prod`'s view, which selects `w`, failed every
+/// query (`Binder Error: Referenced column "w" not found`) while `status --check`, `plan`, `run`
+/// and `apply` of `prod` said all was well (or `apply prod` failed with the bare binder error).
+/// The view now anchors the columns of every version stored in it: `prod` keeps reading `w`, and
+/// `dev` its own columns.
+#[test]
+fn an_older_version_relisting_a_lake_view_keeps_the_columns_of_the_forward_only_version_sharing_it() {
+    let (p, physical) = shared_view_project();
+    // `dev`'s definition: `lk.d` without `w`, its parent changed non-breakingly (reused in `dev`).
+    p.write("models/d.sql", &shared_view_d(false));
+    p.write("models/src.sql", &shared_view_src(true));
+    let v = p.run(&["apply", "dev", "--yes", "--json"]).expect_code(0).json();
+    let d = action(&v["plan"], "lk.d");
+    assert_eq!((d["change"].as_str(), d["physical"].as_str()), (Some("indirect"), Some(physical.as_str())), "{d:#}");
+    assert!(d["reusedFrom"].is_string(), "the physical lake view is reused: {d:#}");
+    assert_eq!(column_names(&p, &physical), ["ts", "v", "w"], "the re-listed view keeps `prod`'s column");
+    assert_eq!(column_names(&p, &env_view("dev", "lk.d")), ["ts", "v"], "`dev` serves its own columns");
+    assert_eq!(p.query("SELECT count(*), count(w) FROM lk.d"), vec![vec![Some("8".to_string()), Some("0".to_string())]]);
+    let dir = p.root().join("lake/lk__d").join(physical.rsplit("__").next().unwrap().trim_matches('"'));
+    let manifest: Value = serde_json::from_str(&fs_err::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    let listed: Vec<&str> = manifest["schema"].as_array().expect("schema").iter().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(listed, ["ts", "v", "w"], "the manifest describes the view's columns");
+
+    // `prod`'s project: nothing to do, healthy, and it says so truthfully.
+    p.write("models/d.sql", &shared_view_d(true));
+    p.write("models/src.sql", &shared_view_src(false));
+    assert_eq!(p.plan("prod")["hasChanges"], false);
+    p.run(&["status", "prod", "--check"]).expect_code(0);
+
+    // The DuckDB file lost, `dev` applied first: the lost lake view is re-created from `dev`'s
+    // definition, and `prod`'s apply (restoring its views) binds `w`.
+    p.write("models/d.sql", &shared_view_d(false));
+    p.write("models/src.sql", &shared_view_src(true));
+    p.remove("efmesh.duckdb");
+    let _ = std::fs::remove_file(p.root().join("efmesh.duckdb.wal"));
+    let v = p.run(&["apply", "dev", "--yes", "--json"]).expect_code(0).json();
+    assert_eq!(action(&v["plan"], "lk.d")["repair"]["lakeViewMissing"], true, "{v:#}");
+    assert_eq!(column_names(&p, &physical), ["ts", "v", "w"]);
+    p.write("models/d.sql", &shared_view_d(true));
+    p.write("models/src.sql", &shared_view_src(false));
+    p.run(&["apply", "prod", "--yes"]).expect_code(0);
+    assert_eq!(p.query("SELECT count(*), count(w) FROM lk.d"), vec![vec![Some("8".to_string()), Some("0".to_string())]]);
+    assert_eq!(p.plan("prod")["hasChanges"], false);
+    p.run(&["status", "prod", "--check"]).expect_code(0);
+}
+
+/// A lake view anchored on fewer columns than the version an environment serves declares (as an
+/// efmesh that anchored a re-list on the re-listing version alone left it: every query of the
+/// environment's view fails) is found: `plan` re-lists it (`repair.lakeViewLacks` naming the
+/// column), `status --check` exits 1 and `run` exits 2 until `apply` re-creates it with the
+/// column, recomputing nothing.
+#[test]
+fn a_lake_view_lacking_a_column_its_version_declares_is_found_and_relisted() {
+    let (p, physical) = shared_view_project();
+    let name = physical.rsplit('.').next().unwrap().trim_matches('"').to_string();
+    let rows = p.query(&format!("SELECT sql, comment FROM duckdb_views() WHERE schema_name = '_efmesh' AND view_name = '{name}'"));
+    let (sql, comment) = (rows[0][0].clone().expect("sql"), rows[0][1].clone().expect("the root comment"));
+    // As the older efmesh re-created it (its root comment kept): `w` no longer anchored.
+    let narrow = sql.trim_end().trim_end_matches(';').replacen("CREATE VIEW", "CREATE OR REPLACE VIEW", 1).replacen(", CAST(NULL AS BIGINT) AS w", "", 1);
+    assert!(sql.contains(", CAST(NULL AS BIGINT) AS w") && !narrow.contains("AS w"), "the view anchored `w`: {sql}");
+    p.execute_on_engine(&format!("{narrow};\nCOMMENT ON VIEW {physical} IS '{}'", comment.replace('\'', "''")));
+    let error = query_error(&p, "lk.d");
+    assert!(error.as_deref().is_some_and(|e| e.contains("\"w\"")), "prod's view no longer binds: {error:?}");
+
+    let plan = p.plan("prod");
+    let d = action(&plan, "lk.d");
+    assert_eq!(d["repair"]["lakeViewLacks"], serde_json::json!(["w"]), "{d:#}");
+    assert_eq!(d["intervals"], 0, "nothing is recomputed: {d:#}");
+    let status = p.run(&["status", "prod", "--check"]);
+    status.expect_code(1);
+    let said = format!("{}{}", status.stdout, status.stderr);
+    assert!(said.contains("`lk.d` (lake view lacks the declared column(s) `w`)"), "{said}");
+    let run = p.run(&["run", "prod"]);
+    run.expect_code(2);
+    assert!(run.stderr.contains("lk.d: lake view lacks the declared column(s) `w`"), "{}", run.stderr);
+
+    p.run(&["apply", "prod", "--yes"]).expect_code(0);
+    assert_eq!(p.query("SELECT count(*), count(w) FROM lk.d"), vec![vec![Some("8".to_string()), Some("0".to_string())]]);
+    assert_eq!(column_names(&p, &physical), ["ts", "v", "w"]);
+    assert_eq!(p.plan("prod")["hasChanges"], false);
+    p.run(&["status", "prod", "--check"]).expect_code(0);
+}
+
 // ---------------------------------------------------------------------------------------------
 // kill -9
 
@@ -1193,6 +1323,43 @@ fn promoting_a_version_whose_s3_object_was_deleted_fails_naming_it_and_the_resta
     for m in ["m.daily", "m.totals"] {
         assert_eq!(s3_rows(&p, &moto, &env_view("prod", m)), reference.rows(&env_view("prod", m)), "`{m}` promoted after the restated day was recomputed");
     }
+}
+
+/// An S3 server unreachable during a promotion's view swap (`apply prod` of the versions `dev`
+/// built: nothing to build, only views over S3 to create): the engine's `IO Error` names no
+/// model, so the failure names the model whose view could not be created, and where it is
+/// defined; nothing is promoted.
+#[test]
+fn a_view_swap_failing_over_s3_names_the_model() {
+    let moto = crate::s3::Moto::start();
+    moto.create_bucket("lake");
+    let lake = s3_lake(&moto);
+    let p = lake_project("parquet", &lake);
+    run_s3(&p, &["apply", "dev", "--yes"]).expect_code(0);
+    drop(moto);
+    let r = run_s3(&p, &["apply", "prod", "--yes"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("while running: CREATE OR REPLACE VIEW"), "the swap failed: {}", r.stderr);
+    assert!(r.stderr.contains("models/m.lua:"), "names the model's definition: {}", r.stderr);
+    assert!(["m.daily", "m.totals"].iter().any(|m| r.stderr.contains(&format!("promoting `prod`: the view of model `{m}`"))), "names the model: {}", r.stderr);
+    assert!(p.state().env_pointers("prod").unwrap_or_default().is_empty(), "nothing was promoted");
+}
+
+/// `s3_endpoint` written with its scheme (`http://127.0.0.1:port`, without `s3_use_ssl`): read as
+/// `s3_use_ssl = false`, both efmesh's own S3 client (the owner marker) and DuckDB's secret (the
+/// lake files, the views) reach the server — it was `http://http://…`, an unknown host.
+#[test]
+fn an_s3_endpoint_written_with_its_scheme_reaches_the_server() {
+    let moto = crate::s3::Moto::start();
+    moto.create_bucket("lake");
+    let lake = format!("[lake]\npath = \"s3://lake/warehouse\"\ns3_endpoint = \"http://{}\"\ns3_url_style = \"path\"\n", moto.endpoint());
+    let p = lake_project("parquet", &lake);
+    let v = run_s3(&p, &["apply", "dev", "--yes", "--json"]).expect_code(0).json();
+    let keys = moto.keys("lake");
+    assert!(keys.iter().any(|k| k.starts_with("warehouse/.efmesh-owner.d/")), "the owner marker: {keys:?}");
+    let totals = format!("warehouse/m__totals/{}/data.parquet", action(&v, "m.totals")["fingerprint"].as_str().unwrap());
+    assert!(keys.contains(&totals), "{keys:?}");
+    assert_eq!(s3_rows(&p, &moto, &env_view("dev", "m.totals")).len(), 4);
 }
 
 /// A done interval's S3 object deleted by hand: `run` and `apply` fail naming the model, the

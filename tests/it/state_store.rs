@@ -8,8 +8,8 @@ use crate::pg;
 use efmesh::core::Interval;
 use efmesh::core::interval::{now_millis, parse_instant, to_iso};
 use efmesh::state::{
-    AuditPass, Claim, Condemned, DoneMark, Intent, IntervalStatus, LeaseClaim, LeaseHolder, LeaseRecord, PostgresStore, RestateTarget, SnapshotRecord,
-    StateError, StateStore, Tick,
+    AuditPass, Claim, Condemned, DoneMark, Intent, IntervalStatus, LeaseClaim, LeaseHolder, LeaseRecord, PostgresStore, RestateTarget, Restated,
+    SnapshotRecord, StateError, StateStore, Tick,
 };
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
@@ -278,11 +278,12 @@ fn a_done_record_is_refused_once_a_restatement_moved_the_version_since_its_build
     let empty = RestateTarget { from: t("2026-02-01"), to: t("2026-02-03"), ..target.clone() };
     let intent = Intent { name: name.into(), fingerprint: v.clone(), physical: rec(name, &v).physical, must_exist: true };
     store.record_intents("prod", std::slice::from_ref(&intent), 0).unwrap();
-    assert_eq!(other.restate_intervals("prod", std::slice::from_ref(&empty)).unwrap(), vec![0]);
+    assert_eq!(other.restate("prod", std::slice::from_ref(&empty)).unwrap(), vec![Restated { cleared: 0, fenced: false }]);
     assert_eq!(generation(), 4, "no batch of the range can be under way");
-    // ... while one does (`run dev` under way), its batch of the range is refused.
+    // ... while one does (`run dev` under way), its batch of the range is refused: the
+    // restatement says it moved the generation as a fence.
     store.record_intents("dev", std::slice::from_ref(&intent), 0).unwrap();
-    assert_eq!(other.restate_intervals("prod", std::slice::from_ref(&empty)).unwrap(), vec![0]);
+    assert_eq!(other.restate("prod", std::slice::from_ref(&empty)).unwrap(), vec![Restated { cleared: 0, fenced: true }]);
     assert_eq!(generation(), 5);
     assert_eq!(store.mark_done_unless_moved(name, &v, &days("2026-02-01", 1), 4, 0).unwrap(), DoneMark::Moved { found: 5 });
     assert!(!other.done_intervals(name, &v).unwrap().contains(&t("2026-02-01")));
