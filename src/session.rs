@@ -830,6 +830,7 @@ pub fn plan_checked_with(
     if let Some(catalog) = &catalog {
         plan::integrity::check(project, state, &mut plan, catalog)?;
     }
+    check_ducklake_files(project, state, &mut plan)?;
     let repairs = plan::integrity::describe(project, &plan);
     if !repairs.is_empty() {
         crate::ewriteln!(
@@ -903,21 +904,36 @@ fn engine_file_identity(engine: &Path) -> Option<String> {
 /// identity of its file (which fixes its catalog, invariant 27).
 /// The identity of the local lake's version directories the plan's parquet models are stored
 /// in (their status: a file deleted or added by hand changes its directory's times), so a check
-/// found clean is not trusted after a lake file went missing (`repair.lakeFilesMissing`).
+/// found clean is not trusted after a lake file went missing (`repair.lakeFilesMissing`); and
+/// likewise of the local DuckLake catalog file and of the directories of the plan's DuckLake
+/// tables under a local data path (`repair.ducklakeFilesMissing`).
 #[cfg(unix)]
 fn lake_identity(project: &Project, plan: &Plan) -> String {
     let mut out = String::new();
+    let mut ducklake = false;
     for a in &plan.actions {
         let Some(physical) = a.physical.as_deref() else { continue };
-        if project.dag.get(&a.name).is_none_or(|m| m.target != crate::core::Target::Parquet) {
-            continue;
-        }
-        let Some(dir) = plan::integrity::local_lake_dir(project, physical) else { continue };
+        let dir = match project.dag.get(&a.name).map(|m| m.target) {
+            Some(crate::core::Target::Parquet) => plan::integrity::local_lake_dir(project, physical),
+            Some(crate::core::Target::DuckLake) => {
+                ducklake = true;
+                apply::ducklake::table_dir(&project.config, physical)
+            }
+            _ => None,
+        };
+        let Some(dir) = dir else { continue };
         match fs_err::metadata(&dir) {
             Ok(m) => out.push_str(&crate::engine::record::file_stat(&m)),
             Err(_) => out.push('-'),
         }
         out.push(' ');
+    }
+    // The DuckLake catalog lists the files: one restored from a copy may list others.
+    if let Some(file) = project.config.ducklake_catalog_file().filter(|_| ducklake) {
+        match fs_err::metadata(&file) {
+            Ok(m) => out.push_str(&crate::engine::record::file_stat(&m)),
+            Err(_) => out.push('-'),
+        }
     }
     out
 }
@@ -954,7 +970,8 @@ fn plan_checked_in(
     versions: Option<&mut plan::VersionMemo>,
     catalog: Option<&crate::engine::Catalog>,
 ) -> Result<Plan> {
-    let plan = plan::plan_verified_with(project, state, env, now, options, catalog, versions)?;
+    let mut plan = plan::plan_verified_with(project, state, env, now, options, catalog, versions)?;
+    check_ducklake_files(project, state, &mut plan)?;
     let repairs = plan::integrity::describe(project, &plan);
     if !repairs.is_empty() {
         // A report for the person at the terminal (it names relations across several lines),
@@ -966,6 +983,25 @@ fn plan_checked_in(
         );
     }
     Ok(plan)
+}
+
+/// Checks the DuckLake tables `plan` relies on for data files missing from the local data path
+/// ([`apply::ducklake::lost_files`]; DuckLake's catalog is not the engine's, which
+/// [`plan::integrity::check`] reads) and turns what it finds into work of the plan
+/// ([`plan::integrity::ducklake_files_lost`]: such a table is rebuilt). A catalog that cannot be
+/// read is warned about (another process holding it, say), or, refused as configured (its data
+/// path edited), only logged: `apply` and `run` refuse it, and check the files again on their own
+/// connection before writing ([`apply::ducklake::prepare_checked`]).
+///
+/// # Errors
+/// The state store's reads.
+fn check_ducklake_files(project: &Project, state: &dyn StateStore, plan: &mut Plan) -> Result<()> {
+    match apply::ducklake::lost_files(project, plan) {
+        Ok(lost) => plan::integrity::ducklake_files_lost(project, state, plan, &lost)?,
+        Err(e) if e.contains(apply::ducklake::DATA_PATH_MISMATCH) => tracing::debug!("DuckLake data files not checked: {e}"),
+        Err(e) => tracing::warn!("cannot read the DuckLake catalog's data files, so the plan assumes they are there (`apply` and `run` check them again): {e}"),
+    }
+    Ok(())
 }
 
 /// The store a command writes to, given the one its plan was read from: always the file on

@@ -15,6 +15,12 @@
 //! The plan's integrity check ([`crate::plan::integrity`]) reads the DuckDB file's catalog only,
 //! so an apply or run checks the DuckLake tables it relies on itself, before any write
 //! ([`prepare_checked`]): a lost one is refused, never created anew holding only new intervals.
+//! A table the catalog holds whose data or delete files are missing from a local data path
+//! (moved or deleted outside efmesh: every query of it fails) is found by the plan
+//! ([`lost_files`], read by [`crate::session`] for [`crate::plan::integrity::ducklake_files_lost`]:
+//! `apply` rebuilds it, `run` refuses until then) and refused by an apply or run whose plan does
+//! not rebuild it ([`prepare_checked`]). An `s3://` data path is not checked (as a parquet lake on
+//! S3 is not listed while planning).
 //! A catalog restored from a copy older than the state store holds every table but lacks later
 //! intervals: each command of a project with DuckLake models that raises the engine epoch
 //! (SPEC §4, invariant 63) stamps the catalog with the same epoch (the table
@@ -273,6 +279,8 @@ pub fn prepare_read_only(project: &Project, engine: &mut dyn Engine) -> Result<(
 /// lost one is found: one query of the attached catalog's tables, or, when the local catalog
 /// file does not exist, before attaching (which would create an empty catalog). `rebuilt` are
 /// the models this apply or run builds (a `full` one is rebuilt whole: its table may be gone).
+/// Then refuses a plan relying on a table whose data files are missing that it does not
+/// rebuild ([`refuse_lost_files`]: one more catalog query, a `stat` per file).
 /// Then refuses a catalog whose epoch stamp ([`stamp`]) is lower than the store's DuckLake
 /// epoch (the last stamp of the catalog the store recorded) while
 /// it holds tables of the store's versions with done intervals ([`behind`]): restored from a
@@ -304,6 +312,7 @@ pub fn prepare_checked(
     let held = tables(engine)?;
     if !stored.is_empty() {
         refuse_lost(project, plan, state, rebuilt, &stored, &held, false)?;
+        refuse_lost_files(project, plan, engine, &stored, &held)?;
     }
     // Checked whatever this plan stores there: an apply of another environment would stamp the
     // catalog current, and the stale tables of this one would then be served as caught up.
@@ -487,20 +496,42 @@ pub fn lost_served(project: &Project, plan: &crate::plan::Plan, state: &dyn crat
 /// project defines otherwise or no longer, which the plan does not check) are stored in the
 /// DuckLake catalog, whose table the catalog lacks while the state store records something
 /// there: a `full` version (served, so built), or a time-range version (`time_range`) with a
-/// done interval recorded for one of the versions stored there. Returns their indices in
-/// `versions`. The catalog is read as [`lost_served`] reads it; none of `versions` in the
+/// done interval recorded for one of the versions stored there; or whose table the catalog holds
+/// while data or delete files it lists for it are missing from its local data path
+/// ([`missing_files`]: every query of it fails). Returns their indices in `versions`, each with
+/// `None` for a missing table or the first missing file (its full path). The catalog is read as
+/// [`lost_served`] reads it, and its files with one more query; none of `versions` in the
 /// catalog: nothing is loaded.
 ///
 /// # Errors
 /// A message when the catalog cannot be attached or read, or the ledger cannot be read.
-pub fn lost_served_versions(project: &Project, state: &dyn crate::state::StateStore, versions: &[(&str, &[String], &str, bool)]) -> Result<Vec<usize>, String> {
+pub fn lost_served_versions(
+    project: &Project,
+    state: &dyn crate::state::StateStore,
+    versions: &[(&str, &[String], &str, bool)],
+) -> Result<Vec<(usize, Option<String>)>, String> {
     let stored: Vec<(usize, String)> = versions.iter().enumerate().filter_map(|(i, (_, _, physical, _))| table_of(physical).map(|t| (i, t))).collect();
     if stored.is_empty() {
         return Ok(Vec::new());
     }
-    let held = held_tables(project)?;
+    let mut engine = attached_read_only(project)?;
+    let held = match engine.as_deref_mut() {
+        Some(engine) => tables(engine).map_err(|e| e.to_string())?,
+        None => std::collections::HashSet::new(),
+    };
+    let present: Vec<String> = stored.iter().filter(|(_, t)| held.contains(&t.to_lowercase())).map(|(_, t)| t.clone()).collect();
+    let missing = match engine.as_deref_mut() {
+        Some(engine) if !present.is_empty() => missing_files(&project.config, engine, &present).map_err(|e| e.message)?,
+        _ => std::collections::BTreeMap::new(),
+    };
     let mut out = Vec::new();
-    for (i, _) in stored.into_iter().filter(|(_, t)| !held.contains(&t.to_lowercase())) {
+    for (i, table) in stored {
+        if held.contains(&table.to_lowercase()) {
+            if let Some(first) = missing.get(&table.to_lowercase()).and_then(|files| files.first()) {
+                out.push((i, Some(first.clone())));
+            }
+            continue;
+        }
         let (name, sharing, _, time_range) = versions[i];
         let relied = if time_range {
             let mut any = false;
@@ -515,7 +546,7 @@ pub fn lost_served_versions(project: &Project, state: &dyn crate::state::StateSt
             true
         };
         if relied {
-            out.push(i);
+            out.push((i, None));
         }
     }
     Ok(out)
@@ -528,12 +559,184 @@ pub fn lost_served_versions(project: &Project, state: &dyn crate::state::StateSt
 /// # Errors
 /// A message when the catalog cannot be attached or read.
 fn held_tables(project: &Project) -> Result<std::collections::HashSet<String>, String> {
+    match attached_read_only(project)? {
+        Some(mut engine) => tables(engine.as_mut()).map_err(|e| e.to_string()),
+        None => Ok(std::collections::HashSet::new()),
+    }
+}
+
+/// An in-memory database with the project's DuckLake catalog attached read-only ([`attach`]);
+/// `None` when there is nothing to attach: no `[ducklake]`, or a local catalog file that does not
+/// exist (never created by a read).
+///
+/// # Errors
+/// A message when the database cannot be opened or the catalog cannot be attached.
+fn attached_read_only(project: &Project) -> Result<Option<Box<dyn Engine + Send>>, String> {
     if project.config.ducklake_catalog_file().is_some_and(|f| !f.exists()) {
-        return Ok(std::collections::HashSet::new());
+        return Ok(None);
     }
     let mut engine = crate::engine::open(&project.config, crate::engine::Access::Scratch).map_err(|e| e.message)?;
-    attach(&project.config, engine.as_mut(), true)?;
-    tables(engine.as_mut()).map_err(|e| e.to_string())
+    Ok(attach(&project.config, engine.as_mut(), true)?.then_some(engine))
+}
+
+/// Where [`missing_files`] looks for the files of the DuckLake catalog, as [`attach`] attaches it.
+enum DataRoot {
+    /// A local directory, ending in `/`: the configured `[ducklake] data_path` resolved against
+    /// the project, or DuckLake's default `<catalog>.files/` beside a local catalog file.
+    Local(String),
+    /// The data path the catalog records (a catalog in Postgres without `data_path`): local
+    /// files are checked, URLs are not.
+    Recorded,
+    /// An `s3://` data path: not checked (a parquet lake on S3 is not listed while planning
+    /// either); a read of a lost object fails with the engine's error.
+    Remote,
+}
+
+/// The project's [`DataRoot`].
+fn data_root(config: &crate::config::Config) -> DataRoot {
+    let configured = config.ducklake.as_ref().and_then(|dl| dl.data_path.as_ref()).map(|d| d.to_string_lossy().into_owned());
+    let dir = match configured {
+        Some(d) if d.contains("://") => return DataRoot::Remote,
+        Some(d) => config.resolve(std::path::Path::new(&d)).to_string_lossy().into_owned(),
+        None => match config.ducklake_catalog_file() {
+            Some(file) => format!("{}.files", file.to_string_lossy()),
+            None => return DataRoot::Recorded,
+        },
+    };
+    DataRoot::Local(if dir.ends_with('/') { dir } else { format!("{dir}/") })
+}
+
+/// The local directory DuckLake writes the files of the table of `physical` (a DuckLake physical
+/// relation) into, `<data path>/main/<table>`: its status changes when a file in it is deleted
+/// or it is moved, so the plan-check token ([`crate::session`]) covers it. `None` for another
+/// relation, or a data path that is not a local directory.
+pub fn table_dir(config: &crate::config::Config, physical: &str) -> Option<std::path::PathBuf> {
+    let table = table_of(physical)?;
+    match data_root(config) {
+        DataRoot::Local(dir) => Some(std::path::Path::new(&dir).join(DUCKLAKE_SCHEMA).join(table)),
+        DataRoot::Recorded | DataRoot::Remote => None,
+    }
+}
+
+/// The data and delete files of `tables` (unquoted names in the catalog's schema `main`) that the
+/// DuckLake catalog attached to `engine` lists for their current snapshot
+/// ([`Engine::ducklake_files`]) and that are missing from its local data path, by table
+/// (lowercased), each with its missing files' full paths, sorted: ONE catalog query and a `stat`
+/// per file. An `s3://` data path is not checked ([`DataRoot::Remote`]: empty), nor a file the
+/// catalog records at a URL; a file that cannot be stat'ed for another reason than its absence
+/// (permissions) counts as present (the read names it).
+///
+/// # Errors
+/// [`crate::engine::EngineError`] when the catalog's metadata cannot be read.
+fn missing_files(
+    config: &crate::config::Config,
+    engine: &mut dyn Engine,
+    tables: &[String],
+) -> Result<std::collections::BTreeMap<String, Vec<String>>, crate::engine::EngineError> {
+    let root = match data_root(config) {
+        DataRoot::Remote => return Ok(std::collections::BTreeMap::new()),
+        DataRoot::Local(dir) => Some(dir),
+        DataRoot::Recorded => None,
+    };
+    let mut out: std::collections::BTreeMap<String, Vec<String>> = std::collections::BTreeMap::new();
+    for (table, path) in engine.ducklake_files(tables, root.as_deref())? {
+        if path.contains("://") {
+            continue;
+        }
+        if matches!(fs_err::metadata(&path), Err(e) if e.kind() == std::io::ErrorKind::NotFound) {
+            out.entry(table).or_default().push(path);
+        }
+    }
+    Ok(out)
+}
+
+/// True when `action` writes its version's table anew whatever it holds: a new version's build
+/// (its table does not exist yet; a `full` rebuild replaces it whole), not one inheriting
+/// another version's table (`reused_from`).
+fn builds_anew(action: &crate::plan::Action) -> bool {
+    action.build && action.reused_from.is_none()
+}
+
+/// For the plan's check ([`crate::session`], then
+/// [`crate::plan::integrity::ducklake_files_lost`]): the DuckLake tables of `plan`'s versions
+/// that hold data already (every version stored there but one its build writes anew:
+/// [`builds_anew`]) whose data or delete files are missing from the local data path
+/// ([`missing_files`]), by physical relation, each with its missing files (full paths, sorted).
+/// The catalog is attached read-only to an in-memory database (a local catalog file that does
+/// not exist is not: [`lost_served`] and [`prepare_checked`] say what it lacks). Nothing is
+/// loaded when the plan stores nothing there that holds data, when the engine has no DuckLake,
+/// or for an `s3://` data path (not checked).
+///
+/// # Errors
+/// A message when the catalog cannot be attached or read.
+pub fn lost_files(project: &Project, plan: &crate::plan::Plan) -> Result<std::collections::BTreeMap<String, Vec<String>>, String> {
+    let stored: Vec<Stored<'_>> = stored(project, plan).into_iter().filter(|s| !builds_anew(s.action)).collect();
+    if stored.is_empty()
+        || matches!(data_root(&project.config), DataRoot::Remote)
+        || !crate::engine::dialect_for(&project.config).supports(crate::engine::dialect::Feature::DuckLake)
+    {
+        return Ok(std::collections::BTreeMap::new());
+    }
+    let Some(mut engine) = attached_read_only(project)? else { return Ok(std::collections::BTreeMap::new()) };
+    let tables: Vec<String> = stored.iter().map(|s| s.table.clone()).collect();
+    let missing = missing_files(&project.config, engine.as_mut(), &tables).map_err(|e| e.message)?;
+    Ok(stored.iter().filter_map(|s| Some((s.action.physical.clone()?, missing.get(&s.table.to_lowercase())?.clone()))).collect())
+}
+
+/// Refuses the plan when a DuckLake table it relies on (`held`: the catalog's tables,
+/// lowercased; one its build writes anew excepted, [`builds_anew`]) lacks data or delete files
+/// the catalog lists ([`missing_files`]) and the plan does not rebuild it
+/// (`repair.ducklakeFilesMissing`): they went missing after the plan was checked, or its check
+/// could not read the catalog. Every query of such a table fails, a batch's `DELETE` too (with the
+/// engine's bare `IO Error`), and nothing computed over it would be right: refused before
+/// anything is written, naming each model, its table and a missing file, with the ways out.
+///
+/// # Errors
+/// [`ApplyError::Rejected`] for the first such model (in plan order), the others listed in its
+/// message; [`ApplyError::Engine`] when the catalog's metadata cannot be read.
+fn refuse_lost_files(
+    project: &Project,
+    plan: &crate::plan::Plan,
+    engine: &mut dyn Engine,
+    stored: &[Stored<'_>],
+    held: &std::collections::HashSet<String>,
+) -> Result<(), ApplyError> {
+    let checked: Vec<&Stored<'_>> = stored
+        .iter()
+        .filter(|s| held.contains(&s.table.to_lowercase()) && !builds_anew(s.action))
+        .filter(|s| !s.action.repair.as_ref().is_some_and(|r| !r.ducklake_files_missing.is_empty()))
+        .collect();
+    if checked.is_empty() {
+        return Ok(());
+    }
+    let tables: Vec<String> = checked.iter().map(|s| s.table.clone()).collect();
+    let missing = missing_files(&project.config, engine, &tables)?;
+    let lost: Vec<(&Stored<'_>, &Vec<String>)> = checked.iter().filter_map(|s| missing.get(&s.table.to_lowercase()).map(|f| (*s, f))).collect();
+    let Some((first, _)) = lost.first() else { return Ok(()) };
+    let lines: Vec<String> = lost
+        .iter()
+        .map(|(s, files)| {
+            let more = if files.len() > 1 { format!(" and {} more", files.len() - 1) } else { String::new() };
+            format!(
+                "`{}`: its DuckLake table {} lacks {} data file(s) its catalog lists ({}{more}): moved or deleted outside efmesh, every query of it fails",
+                s.model.name,
+                s.action.physical.as_deref().unwrap_or_default(),
+                files.len(),
+                files.first().map(String::as_str).unwrap_or_default()
+            )
+        })
+        .collect();
+    let data = match data_root(&project.config) {
+        DataRoot::Local(dir) => format!(" under `{dir}`"),
+        DataRoot::Recorded | DataRoot::Remote => String::new(),
+    };
+    let message = format!(
+        "the DuckLake data path lacks files of table(s) this command relies on, which its plan does not rebuild (missing since the plan was checked?); nothing was written:\n  {}\n  \
+         hint: put the files back{data} (restore the data path with its catalog), or run `efmesh apply {}`: its plan rebuilds such a table (a time-range version recomputes every interval)",
+        lines.join("\n  "),
+        plan.env
+    );
+    Err(ApplyError::Rejected { model: first.model.name.clone(), location: first.model.location.clone(), message })
 }
 
 /// For `status --check`: why the DuckLake catalog is behind the state store ([`behind`]: its
@@ -775,5 +978,23 @@ mod tests {
         assert_eq!(table_of("\"_efmesh_ducklake\".\"main\".\"a\"\"b\""), Some("a\"b".to_string()));
         assert_eq!(table_of("\"_efmesh\".\"m__daily__ab12\""), None);
         assert_eq!(table_of("\"_efmesh_ducklake\".\"other\".\"t\""), None);
+    }
+
+    /// The files of a DuckLake table are looked for under the data path `attach` attaches the
+    /// catalog through (its configured one, or DuckLake's default beside the catalog); an
+    /// `s3://` data path is not checked.
+    #[test]
+    fn a_ducklake_tables_directory_is_under_its_local_data_path() {
+        let config = |section: &str| {
+            crate::config::Config::parse(std::path::Path::new("/p/efmesh.toml"), &format!("[project]\nmodels = [\"models/*.sql\"]\n\n[ducklake]\n{section}"))
+                .expect("config")
+        };
+        let physical = "\"_efmesh_ducklake\".\"main\".\"m__daily__ab12\"";
+        let dir = |section: &str| table_dir(&config(section), physical);
+        assert_eq!(dir("catalog = \"c/lake.ducklake\"\ndata_path = \"data\"\n"), Some(std::path::PathBuf::from("/p/data/main/m__daily__ab12")));
+        assert_eq!(dir("catalog = \"c/lake.ducklake\"\n"), Some(std::path::PathBuf::from("/p/c/lake.ducklake.files/main/m__daily__ab12")));
+        assert_eq!(dir("catalog = \"c/lake.ducklake\"\ndata_path = \"s3://bucket/lake\"\n"), None);
+        assert!(matches!(data_root(&config("catalog = \"c/lake.ducklake\"\ndata_path = \"s3://bucket/lake\"\n")), DataRoot::Remote));
+        assert_eq!(table_dir(&config("catalog = \"c/lake.ducklake\"\n"), "\"_efmesh\".\"m__daily__ab12\""), None);
     }
 }

@@ -3128,6 +3128,17 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                 state.mark_intervals(&name, fp.as_str(), &lost, IntervalStatus::Failed, interval::now_millis())?;
             }
         }
+        if action.repair.as_ref().is_some_and(|r| !r.ducklake_files_missing.is_empty())
+            && !matches!(model.kind, Kind::Full)
+            && let Some(lost) = action.physical.as_deref()
+        {
+            // A DuckLake table whose data files are missing can be neither read nor written (a
+            // batch's `DELETE`, an upsert's, read them): dropped, once its ledger rows are marked
+            // failed (above), so the build creates it anew. A `full` table is not: its build
+            // replaces it whole in one statement.
+            engine.execute(&engine.sql().drop_table_if_exists(lost)).map_err(|e| ApplyError::build(model, None, e))?;
+            tracing::info!(model = %model.name, table = lost, "DuckLake table with missing data files dropped: rebuilt from its sources");
+        }
         let physical = action.physical.clone().unwrap_or_default();
         let started = std::time::Instant::now();
         tracing::info!(model = %model.name, fp = action.fingerprint.short(), "build start");

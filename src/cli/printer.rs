@@ -72,7 +72,10 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
             notes.push("physical table reused".into());
         }
         if let Some(r) = &a.repair {
-            if r.physical_missing {
+            if !r.ducklake_files_missing.is_empty() {
+                let n = r.ducklake_files_missing.len();
+                notes.push(format!("{n} DuckLake data file{} missing: rebuild", if n == 1 { "" } else { "s" }));
+            } else if r.physical_missing {
                 notes.push("physical relation missing from the engine".into());
             }
             if let Some(root) = &r.created_under {

@@ -8,7 +8,7 @@
 //! the environment serves (as the plan's integrity check finds it, and, for models whose project
 //! version differs from the served one, as [`crate::plan::integrity::served_missing`] finds the
 //! served version's relations, [`crate::plan::integrity::served_lake_files_missing`] its local
-//! lake files and [`crate::apply::ducklake::lost_served_versions`] its DuckLake table: what the
+//! lake files and [`crate::apply::ducklake::lost_served_versions`] its DuckLake table and its files: what the
 //! state store says is served, whatever the working tree holds), or the state store never held
 //! the environment (no pointers, no journal: a typo such as `prd`, whose every `run` exits 2) or
 //! the janitor dropped it (no pointers, the drop the journal's newest row: it serves nothing
@@ -112,7 +112,7 @@ struct LostServed {
     /// The served version.
     fingerprint: String,
     /// The relation, qualified: the version's physical relation, the environment's view or the
-    /// version's DuckLake table; or the path of a missing lake file.
+    /// version's DuckLake table; or the path of a missing lake file or DuckLake data file.
     relation: String,
     /// What the engine lacks of it.
     lack: crate::plan::integrity::Lack,
@@ -484,14 +484,14 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 .collect();
             match crate::apply::ducklake::lost_served_versions(&project, &*state, &asked) {
                 Ok(lost) => {
-                    for (name, fp, physical, _, removed) in lost.into_iter().filter_map(|i| versions.get(i)) {
-                        lost_served.push(LostServed {
-                            model: (*name).clone(),
-                            fingerprint: (*fp).clone(),
-                            relation: (*physical).clone(),
-                            lack: crate::plan::integrity::Lack::DuckLakeTableMissing,
-                            removed: *removed,
-                        });
+                    for (i, file) in lost {
+                        let Some((name, fp, physical, _, removed)) = versions.get(i) else { continue };
+                        // The table missing, or a data file of it (its path names the table).
+                        let (relation, lack) = match file {
+                            Some(file) => (file, crate::plan::integrity::Lack::DuckLakeFileMissing),
+                            None => ((*physical).clone(), crate::plan::integrity::Lack::DuckLakeTableMissing),
+                        };
+                        lost_served.push(LostServed { model: (*name).clone(), fingerprint: (*fp).clone(), relation, lack, removed: *removed });
                     }
                 }
                 Err(e) if e.contains(crate::apply::ducklake::DATA_PATH_MISMATCH) => problems.push(e),

@@ -771,6 +771,50 @@ pub trait Engine {
         self.execute(&format!("DROP {} IF EXISTS {qualified}", if view { "VIEW" } else { "TABLE" }))
     }
 
+    /// The data and delete files the attached DuckLake catalog (`_efmesh_ducklake`) lists for the
+    /// current snapshot of `tables` (unquoted names in its schema `main`, compared ignoring
+    /// case), as `(table lowercased, path)`: a relative path (schema, table and file paths
+    /// relative, as DuckLake writes them) resolved under `data_path` (the data path the catalog
+    /// is attached through, ending in `/`), or under the data path the catalog records when
+    /// `None`; an absolute one as recorded. A delete file counts while its data file is current
+    /// (DuckLake may leave its end unset when the data file ends); rows inlined in the catalog
+    /// have no file. ONE query of the catalog's metadata (`__ducklake_metadata__efmesh_ducklake`);
+    /// empty for no tables. What a DuckLake table needs to be read: a query of it fails while one
+    /// is missing.
+    ///
+    /// # Errors
+    /// [`EngineError`] (no DuckLake catalog attached, or metadata of another layout).
+    fn ducklake_files(&mut self, tables: &[String], data_path: Option<&str>) -> Result<Vec<(String, String)>, EngineError> {
+        use crate::core::name::{quote_ident, quote_literal};
+        use crate::core::target::{DUCKLAKE_ALIAS, DUCKLAKE_SCHEMA};
+        if tables.is_empty() {
+            return Ok(Vec::new());
+        }
+        let meta = quote_ident(&format!("__ducklake_metadata_{DUCKLAKE_ALIAS}"));
+        let names: Vec<String> = tables.iter().map(|t| quote_literal(&t.to_lowercase())).collect();
+        let root = data_path.map_or_else(|| "NULL".to_string(), quote_literal);
+        let rows = self.query(&format!(
+            "WITH dp AS (SELECT coalesce({root}, (SELECT value FROM {meta}.ducklake_metadata WHERE key = 'data_path' LIMIT 1)) AS root), \
+             t AS (SELECT t.table_id, lower(t.table_name) AS name, \
+                          CASE WHEN t.path_is_relative THEN (CASE WHEN s.path_is_relative THEN dp.root || s.path ELSE s.path END) || t.path ELSE t.path END AS dir \
+                   FROM {meta}.ducklake_table t JOIN {meta}.ducklake_schema s ON s.schema_id = t.schema_id AND s.end_snapshot IS NULL CROSS JOIN dp \
+                   WHERE t.end_snapshot IS NULL AND s.schema_name = {schema} AND lower(t.table_name) IN ({names})), \
+             f AS (SELECT table_id, path, path_is_relative FROM {meta}.ducklake_data_file WHERE end_snapshot IS NULL \
+                   UNION ALL SELECT d.table_id, d.path, d.path_is_relative FROM {meta}.ducklake_delete_file d \
+                   JOIN {meta}.ducklake_data_file df ON df.data_file_id = d.data_file_id AND df.end_snapshot IS NULL WHERE d.end_snapshot IS NULL) \
+             SELECT t.name, CASE WHEN f.path_is_relative THEN t.dir || f.path ELSE f.path END FROM f JOIN t ON t.table_id = f.table_id ORDER BY 1, 2",
+            schema = quote_literal(DUCKLAKE_SCHEMA),
+            names = names.join(", ")
+        ))?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| {
+                let mut r = r.into_iter();
+                Some((r.next().flatten()?, r.next().flatten()?))
+            })
+            .collect())
+    }
+
     /// The store ids of the owner marker (SPEC §4, invariant 39 (d)) of this database's `_efmesh`
     /// schema (`ducklake = false`: one sequence `"_efmesh"."_efmesh_owner__<id>"` per owning
     /// store, so the marker is no relation) or of the attached DuckLake catalog (`ducklake`:

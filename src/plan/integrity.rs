@@ -50,7 +50,10 @@
 //!
 //! Names are compared ignoring case, as DuckDB resolves them. DuckLake tables live in another
 //! catalog, which the check does not read: `apply` and `run` refuse a plan relying on a missing
-//! one ([`crate::apply::ducklake::prepare_checked`]).
+//! one ([`crate::apply::ducklake::prepare_checked`]). A DuckLake table the catalog holds whose
+//! data or delete files are missing from a local data path is found by the session's plan
+//! ([`crate::apply::ducklake::lost_files`]) and rebuilt like a lost relation
+//! ([`ducklake_files_lost`], `repair.ducklakeFilesMissing`); an `s3://` data path is not checked.
 //!
 //! `apply` repeats the check on its own connection before writing anything and refuses a plan
 //! that missed something ([`unplanned`]), so a plan computed without the check, or before a
@@ -162,6 +165,18 @@ pub struct Repair {
     /// failed before rebuilding it (time-range models).
     #[serde(skip)]
     pub ledger_reset: Vec<Fingerprint>,
+    /// With `physical_missing`: the version's DuckLake table is in its catalog, but these data
+    /// or delete files the catalog lists for it (full paths, sorted) are missing from the local
+    /// data path (moved or deleted outside efmesh): every query of the table fails, so it is
+    /// rebuilt as a lost relation is — a `full` version replaced whole, a time-range table
+    /// dropped by apply after its ledger rows are marked failed, then every wanted interval
+    /// recomputed ([`ducklake_files_lost`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ducklake_files_missing: Vec<String>,
+    /// With `ducklake_files_missing`: the version's DuckLake table (its physical relation), which
+    /// [`Repair::summary`] names.
+    #[serde(skip)]
+    pub ducklake_table: String,
 }
 
 /// The `created_under` of a relation that records no project root.
@@ -190,7 +205,7 @@ impl Repair {
     /// What is to repair, in a few words: "physical relation missing, view missing".
     pub fn summary(&self) -> String {
         let mut parts: Vec<String> = [
-            (self.physical_missing, "physical relation missing"),
+            (self.physical_missing && self.ducklake_files_missing.is_empty(), "physical relation missing"),
             (self.created_under.is_some(), "created under another project root"),
             (self.physical_stale, "physical view reads old parent versions"),
             (self.lake_view_missing, "lake view missing"),
@@ -201,6 +216,9 @@ impl Repair {
         .filter(|&(on, _)| on)
         .map(|(_, what)| what.to_string())
         .collect();
+        if !self.ducklake_files_missing.is_empty() {
+            parts.insert(0, self.ducklake_files_note());
+        }
         if self.lake_view_stale && !self.listed_missing.is_empty() {
             parts.push(self.listed_missing_note());
         }
@@ -236,6 +254,16 @@ impl Repair {
         format!("lake view lacks the declared column(s) {}", named.join(", "))
     }
 
+    /// [`Repair::ducklake_files_missing`], in a few words, naming the table and the first file:
+    /// `DuckLake table "_efmesh_ducklake"."main"."m__daily__ab…" lacks 2 data file(s):
+    /// /p/dl/main/m__daily__ab…/ducklake-….parquet and 1 more`.
+    pub fn ducklake_files_note(&self) -> String {
+        let first = self.ducklake_files_missing.first().map(String::as_str).unwrap_or_default();
+        let n = self.ducklake_files_missing.len();
+        let more = if n > 1 { format!(" and {} more", n - 1) } else { String::new() };
+        format!("DuckLake table {} lacks {n} data file(s): {first}{more}", self.ducklake_table)
+    }
+
     /// What becomes of [`Repair::forgotten`], in a few words: `1 done interval(s) outside its
     /// start/end lost their files: forgotten, not recomputed`.
     pub fn forgotten_note(&self) -> String {
@@ -250,7 +278,18 @@ impl Repair {
         if self.physical_missing {
             let ledger =
                 if self.ledger_reset.is_empty() { String::new() } else { format!(" (its ledger is not trusted: {} interval(s) recomputed)", action.intervals) };
-            out.push(format!("physical relation {physical} of `{}` is missing: `apply` rebuilds it{ledger}", action.name));
+            if self.ducklake_files_missing.is_empty() {
+                out.push(format!("physical relation {physical} of `{}` is missing: `apply` rebuilds it{ledger}", action.name));
+            } else {
+                let shown: Vec<&str> = self.ducklake_files_missing.iter().take(3).map(String::as_str).collect();
+                let more = if self.ducklake_files_missing.len() > 3 { format!(" and {} more", self.ducklake_files_missing.len() - 3) } else { String::new() };
+                out.push(format!(
+                    "DuckLake table {physical} of `{}` lacks {} data file(s) its catalog lists ({}{more}; moved or deleted outside efmesh: every query of it fails): `apply` rebuilds it{ledger}; to keep what it held instead, put the files back and plan again",
+                    action.name,
+                    self.ducklake_files_missing.len(),
+                    shown.join(", ")
+                ));
+            }
         }
         if let Some(old) = &self.created_under {
             out.push(format!(
@@ -387,6 +426,10 @@ pub enum Lack {
     /// The version's table is missing from the DuckLake catalog while the state store records
     /// something there ([`crate::apply::ducklake::lost_served_versions`]).
     DuckLakeTableMissing,
+    /// A data or delete file the DuckLake catalog lists for the version's table is missing from
+    /// its local data path ([`crate::apply::ducklake::lost_served_versions`]): every query of the
+    /// table fails.
+    DuckLakeFileMissing,
 }
 
 impl Lack {
@@ -398,6 +441,7 @@ impl Lack {
             Lack::ViewStale => format!("view {relation} does not select from the served version"),
             Lack::LakeFileMissing => format!("lake file {relation} missing"),
             Lack::DuckLakeTableMissing => format!("DuckLake table {relation} missing"),
+            Lack::DuckLakeFileMissing => format!("DuckLake data file {relation} missing"),
         }
     }
 }
@@ -854,6 +898,64 @@ pub fn check_skipping(
     Ok(unclean)
 }
 
+/// Turns the DuckLake tables of `plan`'s versions whose data or delete files are missing from
+/// the local data path into work of the plan (`lost`: by physical relation, the missing files'
+/// full paths, as [`crate::apply::ducklake::lost_files`] reads them from the DuckLake catalog,
+/// which the engine's catalog [`check`] reads does not hold). Such a table serves nothing (every
+/// query of it fails, a batch's `DELETE` too), so it is rebuilt as a lost relation is
+/// (`repair.physicalMissing`, with `repair.ducklakeFilesMissing` naming the files): a `full`
+/// version built anew, a time-range version's every wanted interval backfilled, apply marking the
+/// ledger rows of every version stored in the table failed and dropping it first. Its rows in the
+/// files still there are recomputed too: DuckLake keeps no file per interval, and a table missing
+/// a file can be neither read nor written. Then what the repairs rewrite reaches the time-range
+/// models below ([`super::recompute::propagate`]), and `has_changes` follows. Restoring the files
+/// (with the catalog they belong to) and planning again keeps what they held instead.
+///
+/// # Errors
+/// [`PlanError::State`] when the snapshots sharing a table or a ledger cannot be read.
+pub fn ducklake_files_lost(
+    project: &Project,
+    state: &dyn StateStore,
+    plan: &mut Plan,
+    lost: &std::collections::BTreeMap<String, Vec<String>>,
+) -> Result<(), PlanError> {
+    if lost.is_empty() {
+        return Ok(());
+    }
+    let now = plan.now;
+    let mut index = None;
+    let mut marked = false;
+    for action in plan.actions.iter_mut().filter(|a| a.change != Change::Removed) {
+        let Some(files) = action.physical.as_ref().and_then(|p| lost.get(p)).filter(|f| !f.is_empty()) else { continue };
+        let Some(model) = project.dag.get(&action.name).filter(|m| m.target == Target::DuckLake) else { continue };
+        let mut repair = action.repair.take().unwrap_or_default();
+        repair.physical_missing = true;
+        repair.ducklake_files_missing = files.clone();
+        repair.ducklake_table = action.physical.clone().unwrap_or_default();
+        action.build = true;
+        if action.metadata.is_null() {
+            action.metadata = super::metadata(model);
+        }
+        if let Some(t) = model.kind.time_range() {
+            // The table is rebuilt: every wanted interval, none a done one recomputed, none done
+            // outside the bounds kept (as for a lost table, [`check`]).
+            let wanted = interval::wanted(t.start, t.end, t.grain, project.dag.due_at(&model.name, now));
+            action.intervals = wanted.len();
+            action.backfill = interval::merge(&wanted);
+            action.recompute = None;
+            action.outside_bounds = None;
+            repair.ledger_reset = sharing(state, &mut index, action)?;
+        }
+        action.repair = Some(repair);
+        marked = true;
+    }
+    if marked {
+        super::recompute::propagate(project, state, plan)?;
+        plan.has_changes = plan.actions.iter().any(Action::has_work);
+    }
+    Ok(())
+}
+
 /// Why the engine database `catalog` describes cannot be trusted: its epoch stamp for this
 /// state store is lower than the epoch the store records while it holds a table of one of the
 /// store's versions ([`crate::engine::epoch::behind`]); `None` otherwise (a new file: the plan's
@@ -1225,6 +1327,20 @@ mod tests {
         let table = record("full", serde_json::json!({"tag": "full"}));
         assert_eq!(ServedStorage::of(&table).target, Target::Table);
         assert_eq!(Lack::LakeFileMissing.describe("/l/s__a/ab/2026-01-02.parquet"), "lake file /l/s__a/ab/2026-01-02.parquet missing");
+    }
+
+    /// A DuckLake table whose data files are missing is rebuilt as a lost relation is, and said
+    /// so by the files (whose directory is the table's), not as a relation missing.
+    #[test]
+    fn lost_ducklake_data_files_are_named_where_the_repair_is_summed_up() {
+        let files = |n: usize| (0..n).map(|i| format!("/d/main/s__a__ab/ducklake-{i}.parquet")).collect::<Vec<_>>();
+        let table = "\"_efmesh_ducklake\".\"main\".\"s__a__ab\"".to_string();
+        let one = Repair { physical_missing: true, ducklake_files_missing: files(1), ducklake_table: table.clone(), ..Repair::default() };
+        assert_eq!(one.summary(), format!("DuckLake table {table} lacks 1 data file(s): /d/main/s__a__ab/ducklake-0.parquet"));
+        let three = Repair { physical_missing: true, ducklake_files_missing: files(3), ducklake_table: table.clone(), view_missing: true, ..Repair::default() };
+        assert_eq!(three.summary(), format!("DuckLake table {table} lacks 3 data file(s): /d/main/s__a__ab/ducklake-0.parquet and 2 more, view missing"));
+        assert_eq!(Repair { physical_missing: true, ..Repair::default() }.summary(), "physical relation missing");
+        assert_eq!(Lack::DuckLakeFileMissing.describe("/d/main/s__a__ab/ducklake-0.parquet"), "DuckLake data file /d/main/s__a__ab/ducklake-0.parquet missing");
     }
 
     #[test]

@@ -622,3 +622,172 @@ fn an_edited_ducklake_data_path_is_refused_naming_both_paths() {
     assert!(!p.root().join("lake_data2").exists(), "nothing written under the edited path");
     assert_eq!(data_files(&p), files, "the recorded data path untouched");
 }
+
+/// A DuckLake project whose tables DuckLake writes as parquet files (inserts of more than a few
+/// rows; small ones it inlines in the catalog, where a lost data path loses nothing): a
+/// time-range model of 48 rows a day (a half-hour grid) and a `full` one of 1000 rows.
+fn files_project() -> Project {
+    let mut p = Project::new();
+    p.now = NOW_DL.to_string();
+    p.write("efmesh.toml", &format!("{CONFIG}\n{DL_CONFIG}"));
+    let half = r#"define_model {
+  name = "m.half",
+  kind = kind.incremental_by_time_range { time_column = "ts", start = "2026-01-01", grain = "day", batch_size = 4 },
+  target = "ducklake",
+  schema = { { "ts", "timestamp" }, { "n", "bigint" } },
+  query = "SELECT CAST(range AS TIMESTAMP) AS ts, CAST(epoch(range) / 1800 AS BIGINT) AS n FROM range(CAST(@start AS TIMESTAMP), CAST(@end AS TIMESTAMP), INTERVAL 30 MINUTE)",
+}
+"#;
+    p.write("models/m.lua", &format!("{half}{}", big_model(1)));
+    p
+}
+
+/// The DuckLake data path moved away with the catalog unchanged: the catalog still lists every
+/// file of the served tables, and every query of them fails. `status --check` said healthy and
+/// `plan`, `run` and `apply` had nothing to do, and a `restate` then `run` failed on the engine's
+/// bare `IO Error` of the batch's `DELETE`. Now the plan reads the catalog's files: `status
+/// --check` is unhealthy naming the model and a missing file in its table's directory, `plan`
+/// rebuilds both tables (`repair.ducklakeFilesMissing`), `restate` and `run` refuse naming them,
+/// and `apply` recomputes every interval into the table anew.
+#[test]
+fn lost_ducklake_data_files_are_found_by_plan_and_status_and_rebuilt_by_apply() {
+    let p = files_project();
+    let applied = p.apply("prod");
+    assert_eq!(applied["intervals"], Value::from(9));
+    let half = format!("m__half__{}", fp(&applied, "m.half"));
+    let half_physical = action(&applied, "m.half")["physical"].as_str().expect("physical").to_string();
+    let files = data_files(&p);
+    assert!(files.iter().any(|f| f.starts_with(&format!("{half}/"))) && files.iter().any(|f| f.starts_with("m__big__")), "DuckLake wrote files: {files:?}");
+    assert_eq!(rows(&p, &env_view("prod", "m.half")).len(), 9 * 48);
+    p.run(&["status", "prod", "--check"]).expect_code(0);
+
+    fs_err::rename(p.root().join("lake_data"), p.root().join("lake_data_moved")).expect("move the data path away");
+    assert!(open(&p).query(&format!("SELECT CAST(sum(n) AS VARCHAR) FROM {}", env_view("prod", "m.half"))).is_err(), "the table cannot be read");
+
+    // `status --check`: unhealthy, naming the models, the table and a missing file of it.
+    let status = p.run(&["status", "prod", "--check"]);
+    status.expect_code(1);
+    let file_of_half = format!("lake_data/main/{half}/ducklake-");
+    for needle in ["`m.half`", "`m.big`", half_physical.as_str(), "data file(s)", file_of_half.as_str()] {
+        assert!(status.stdout.contains(needle), "status does not say {needle:?}:\n{}", status.stdout);
+    }
+
+    // `plan`: both tables rebuilt, every interval of the time-range one recomputed.
+    let plan = p.plan("prod");
+    assert_eq!(plan["hasChanges"], Value::Bool(true), "{plan:#}");
+    let a = action(&plan, "m.half");
+    assert_eq!(a["repair"]["physicalMissing"], Value::Bool(true), "{a:#}");
+    let missing: Vec<&str> = a["repair"]["ducklakeFilesMissing"].as_array().expect("ducklakeFilesMissing").iter().filter_map(Value::as_str).collect();
+    assert!(!missing.is_empty() && missing.iter().all(|f| f.contains(&format!("lake_data/main/{half}/"))), "{a:#}");
+    assert_eq!((a["build"].clone(), a["intervals"].clone()), (Value::Bool(true), Value::from(9)), "{a:#}");
+    assert_eq!(action(&plan, "m.big")["repair"]["ducklakeFilesMissing"].as_array().map(Vec::len), Some(1), "{plan:#}");
+    let text = p.run(&["plan", "prod"]);
+    text.expect_code(0);
+    assert!(text.stderr.contains(&format!("DuckLake table {half_physical} of `m.half` lacks")), "{}", text.stderr);
+
+    // `restate` and `run` refuse, naming the model and a file, never the engine's error.
+    let restate = p.run(&["restate", "prod", "--model", "m.half", "--from", "2026-01-01T00:00:00.000Z", "--to", "2026-01-03T00:00:00.000Z"]);
+    restate.expect_code(1);
+    let run = p.run(&["run", "prod"]);
+    run.expect_code(2);
+    for (what, r) in [("restate", &restate), ("run", &run)] {
+        for needle in ["m.half: DuckLake table ", half_physical.as_str(), file_of_half.as_str(), "`apply` repairs it"] {
+            assert!(r.stderr.contains(needle), "{what} does not say {needle:?}:\n{}", r.stderr);
+        }
+        assert!(!r.stderr.contains("IO Error"), "{what}: {}", r.stderr);
+    }
+    assert_eq!(p.state().done_intervals("m.half", &fp(&applied, "m.half")).unwrap().len(), 9, "nothing restated");
+
+    // `apply` rebuilds both tables from their sources; all is healthy again.
+    let repaired = p.apply("prod");
+    assert!(string_set(&repaired["built"]).is_superset(&set(&["m.half", "m.big"])), "{repaired:#}");
+    assert_eq!(repaired["intervals"], Value::from(9), "{repaired:#}");
+    assert_eq!(rows(&p, &env_view("prod", "m.half")).len(), 9 * 48);
+    let sum: i64 = (0..1000).sum();
+    assert_eq!(count_sum(&p, &env_view("prod", "m.big")), vec![Some("1000".into()), Some(sum.to_string())]);
+    assert_eq!(p.state().done_intervals("m.half", &fp(&applied, "m.half")).unwrap().len(), 9);
+    assert!(data_files(&p).iter().any(|f| f.starts_with(&format!("{half}/"))), "the table's files are written anew");
+    p.run(&["status", "prod", "--check"]).expect_code(0);
+    assert_eq!(p.plan("prod")["hasChanges"], Value::Bool(false));
+}
+
+/// `status --check` with an unapplied edit of the time-range model checks the files of the table
+/// of the version the environment serves (the plan checks the project's version): a lost data
+/// path makes it unhealthy, naming the model and a missing file of that table
+/// (`duckLakeFileMissing`).
+#[test]
+fn status_names_a_lost_ducklake_data_file_of_the_served_version_of_a_model_edited_but_not_applied() {
+    let p = files_project();
+    let applied = p.apply("prod");
+    let fingerprint = fp(&applied, "m.half");
+    let half = format!("m__half__{fingerprint}");
+    p.write("models/m.lua", &p.read("models/m.lua").replace("/ 1800 AS BIGINT) AS n", "/ 1800 AS BIGINT) + 0 AS n"));
+    assert_ne!(action(&p.plan("prod"), "m.half")["change"], "unchanged");
+    p.run(&["status", "prod", "--check"]).expect_code(0);
+
+    fs_err::rename(p.root().join("lake_data"), p.root().join("lake_data_moved")).expect("move the data path away");
+    let text = p.run(&["status", "prod", "--check"]);
+    text.expect_code(1);
+    let line = text.stdout.lines().find(|l| l.contains("⚠ m.half  DuckLake data file ")).unwrap_or_else(|| panic!("{}", text.stdout));
+    assert!(
+        line.contains(&format!("lake_data/main/{half}/ducklake-")) && line.contains("missing (the version `prod` serves; the project defines another version)"),
+        "{line}"
+    );
+    let status = p.run(&["status", "prod", "--check", "--json"]).expect_code(1).json();
+    let lost = status["lostRelations"].as_array().expect("lostRelations");
+    assert!(
+        lost.iter().any(|l| l["model"] == "m.half"
+            && l["fingerprint"] == fingerprint.as_str()
+            && l["lack"] == "duckLakeFileMissing"
+            && l["relation"].as_str().is_some_and(|r| r.contains(&format!("lake_data/main/{half}/")))),
+        "{status:#}"
+    );
+}
+
+/// An `apply` whose plan could not read the DuckLake catalog (another process held it, so the plan
+/// warned and assumed the files there) while the data path was gone: it refuses before writing
+/// anything, naming the model, its table and a missing file, instead of the engine's `IO Error`
+/// of a batch's `DELETE`; the next apply's plan rebuilds the tables.
+#[test]
+fn an_apply_whose_plan_missed_lost_ducklake_files_refuses_before_writing() {
+    use std::io::BufRead;
+    let mut p = files_project();
+    let applied = p.apply("prod");
+    let half_physical = action(&applied, "m.half")["physical"].as_str().expect("physical").to_string();
+    fs_err::rename(p.root().join("lake_data"), p.root().join("lake_data_moved")).expect("move the data path away");
+    // Two more days to compute: the apply has work.
+    p.now = "2026-01-12T00:00:00Z".into();
+    // The catalog held by another process while the apply plans; released before it writes.
+    let catalog = p.root().join("catalog/lake.ducklake");
+    let holder = efmesh::engine::duckdb::DuckDb::open(&catalog, &efmesh::config::EngineSection::default()).expect("hold the catalog");
+    let mut child = p.command(&["apply", "prod", "--yes"]).env(efmesh::apply::fault::DELAY_ENV, "apply-after-plan=5000").spawn().expect("spawn efmesh");
+    let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+    let mut said = String::new();
+    let mut line = String::new();
+    while stderr.read_line(&mut line).expect("read stderr") > 0 {
+        said.push_str(&line);
+        let warned = line.contains("cannot read the DuckLake catalog's data files");
+        line.clear();
+        if warned {
+            break;
+        }
+    }
+    drop(holder);
+    assert!(said.contains("cannot read the DuckLake catalog's data files"), "the plan warned: {said}");
+    // What the apply said once the catalog was released.
+    let mut refusal = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut refusal).expect("read stderr");
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(1), "{said}{refusal}");
+    for needle in ["`m.half`: its DuckLake table", half_physical.as_str(), "lake_data/main/", "/ducklake-", "nothing was written", "efmesh apply prod"] {
+        assert!(refusal.contains(needle), "the refusal does not say {needle:?}:\n{refusal}");
+    }
+    assert!(!refusal.contains("IO Error"), "{refusal}");
+    assert_eq!(p.state().done_intervals("m.half", &fp(&applied, "m.half")).unwrap().len(), 9, "no interval written");
+
+    // The catalog readable, the plan rebuilds the tables: every interval, the two new days too.
+    let repaired = p.apply("prod");
+    assert_eq!(repaired["intervals"], Value::from(11), "{repaired:#}");
+    assert_eq!(rows(&p, &env_view("prod", "m.half")).len(), 11 * 48);
+    p.run(&["status", "prod", "--check"]).expect_code(0);
+}
