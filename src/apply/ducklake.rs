@@ -807,6 +807,14 @@ pub(crate) fn tables(engine: &mut dyn Engine) -> Result<std::collections::HashSe
 ///
 /// # Errors
 /// [`ApplyError::State`] when the ledger cannot be read.
+/// The environment whose `efmesh restate` recomputes the version `fp` of `model` that `env`
+/// serves: `prod` when it serves that version too (restating it from another environment is
+/// refused: it is `prod`'s data as well), else `env`.
+fn restating_env<'e>(state: &dyn crate::state::StateStore, env: &'e str, model: &str, fp: &str) -> &'e str {
+    let prod_serves = env != crate::core::name::PROD && state.env_pointers(crate::core::name::PROD).is_ok_and(|p| p.get(model).is_some_and(|f| f == fp));
+    if prod_serves { crate::core::name::PROD } else { env }
+}
+
 fn relied_on(
     stored: &Stored<'_>,
     state: &dyn crate::state::StateStore,
@@ -869,7 +877,7 @@ fn refuse_lost(
                      `efmesh restate {} --model {} --from {from} --to {to}`, then apply or run again",
                     s.model.name,
                     done.len(),
-                    plan.env,
+                    restating_env(state, &plan.env, &s.model.name.to_string(), s.action.fingerprint.as_str()),
                     s.model.name
                 )
             }

@@ -142,6 +142,8 @@ fn a_ducklake_table_dropped_by_hand_is_never_recreated_holding_only_new_interval
     let mut p = ducklake_project();
     let applied = p.apply("prod");
     assert_eq!(applied["intervals"], Value::from(9));
+    // `dev` serves the same versions (restating them from `dev` is refused: `prod`'s data too).
+    p.apply("dev");
     let daily = format!("m__daily__{}", fp(&applied, "m.daily"));
     open(&p).execute(&format!("DROP TABLE \"_efmesh_ducklake\".\"main\".\"{daily}\"")).expect("drop the version's table by hand");
     assert!(!catalog_tables(&p).contains(&daily));
@@ -163,6 +165,11 @@ fn a_ducklake_table_dropped_by_hand_is_never_recreated_holding_only_new_interval
         assert!(r.stderr.contains("efmesh restate prod --model m.daily --from 2026-01-01T00:00:00.000Z --to 2026-01-10T00:00:00.000Z"), "{}", r.stderr);
         assert!(!catalog_tables(&p).contains(&daily), "`{}` re-created the lost table", args.join(" "));
     }
+    // From `dev`, the hint names the restatement that is allowed: `prod`'s.
+    let r = p.run(&["run", "dev"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("efmesh restate prod --model m.daily --from 2026-01-01T00:00:00.000Z"), "{}", r.stderr);
+    assert!(!r.stderr.contains("efmesh restate dev"), "{}", r.stderr);
     assert_eq!(p.state().done_intervals("m.daily", &fp(&applied, "m.daily")).unwrap().len(), 9, "the ledger is left as it was");
 
     // Following the hint: the run recomputes every interval into a new table.
