@@ -278,13 +278,15 @@ pub fn check_statements<'m>(config: &Config, models: impl IntoIterator<Item = &'
 
 /// On the DuckDB engine, every operator of a model's query that DuckDB reads as one operator
 /// it does not have where sqlparser reads two ([`crate::sql::operator_runs::glued_operators`]:
-/// `3^-2` is DuckDB's `^-`, `x!=-1` its `!=-`, `a&~b` its `&~`), as load errors at the
-/// operator's line (a `.sql` file's line; the model's own line otherwise, naming the line of
-/// the query), with the spelling to write. The model would fail when built, and its
-/// fingerprint (sqlparser's tree) is the one of the spelling with a space, so an edit between
-/// the two would be no change to `plan`. Postgres's grammar (libpg_query, the fingerprint's
-/// parser there) reads the operator as the server does, which has some of them (`#-`, `-|-`):
-/// nothing is refused on Postgres.
+/// `3^-2` is DuckDB's `^-`, `x!=-1` its `!=-`, `a&~b` its `&~`), or as an operator ranked
+/// otherwise than sqlparser reads it (`1 + 7//-2`, `j->>-1`: `//` and `->>` cut from their
+/// signs are generic operators to DuckDB), as load errors at the operator's line (a `.sql`
+/// file's line; the model's own line otherwise, naming the line of the query), with the spelling
+/// to write. The model would fail when built, or compute something else than the spelling with
+/// a space, and its fingerprint (sqlparser's tree) is the one of that spelling, so an edit
+/// between the two would be no change to `plan`. Postgres's grammar (libpg_query, the
+/// fingerprint's parser there) reads the operator as the server does, which has some of them
+/// (`#-`, `-|-`): nothing is refused on Postgres.
 pub fn glued_operators<'m>(config: &Config, models: impl IntoIterator<Item = &'m Model>) -> Vec<LoadError> {
     if config.engine.url_env.is_some() {
         return Vec::new();
@@ -299,12 +301,22 @@ pub fn glued_operators<'m>(config: &Config, models: impl IntoIterator<Item = &'m
             } else {
                 (m.location.clone(), format!(" (line {} of its query)", g.line))
             };
-            let ending = if g.operator.ends_with(['+', '-']) { ", one ending in `+` or `-` only if it holds one of `~ ! @ % ^ & |`" } else { "" };
             let (operator, apart) = (&g.operator, &g.apart);
-            let message = format!(
-                "the query's `{operator}`{at} is one operator to DuckDB, which has none of that name (DuckDB, like Postgres, reads a run of operator characters as one operator{ending}), while efmesh's SQL parser reads `{apart}`: the model would fail when built"
-            );
-            errors.push(LoadError::new(Some(location), Some(m.name.clone()), message).with_hint(format!("write `{apart}` (with a space)")));
+            let message = if g.ranked_otherwise {
+                let head = operator.trim_end_matches(['+', '-']);
+                let signs = &operator[head.len()..];
+                format!(
+                    "the query's `{operator}`{at} is `{head}` and `{signs}` to DuckDB, which reads a `{head}` it cut from the signs after it as a generic operator, ranked otherwise than `{head}` written apart (DuckDB, like Postgres, sheds the trailing `+` and `-` of a run of operator characters), while efmesh's SQL parser reads `{apart}` either way: the model would compute something else than the spelling apart, whose fingerprint it has, or fail when built"
+                )
+            } else {
+                let ending = if operator.ends_with(['+', '-']) { ", one ending in `+` or `-` only if it holds one of `~ ! @ % ^ & |`" } else { "" };
+                format!(
+                    "the query's `{operator}`{at} is one operator to DuckDB, which has none of that name (DuckDB, like Postgres, reads a run of operator characters as one operator{ending}), while efmesh's SQL parser reads `{apart}`: the model would fail when built"
+                )
+            };
+            // Apart, the operator takes its own rank, which may group the query otherwise.
+            let grouping = if g.ranked_otherwise { ", with parentheses for the grouping the query means" } else { "" };
+            errors.push(LoadError::new(Some(location), Some(m.name.clone()), message).with_hint(format!("write `{apart}` (with a space){grouping}")));
         }
     }
     errors
@@ -669,6 +681,28 @@ mod tests {
             }
         }
         assert!(glued_operators(&config("[engine]\nurl_env = \"PG_ENGINE_URL\"\n"), [&m]).is_empty());
+    }
+
+    /// `//` cut from the sign after it (`7//-2`) is an operator DuckDB has, ranked otherwise than
+    /// written apart: refused too, in words saying so rather than "none of that name".
+    #[test]
+    fn operators_duckdb_ranks_otherwise_are_refused_in_their_own_words() {
+        let mut m = Model::fixture("z.g", Kind::Full, &[]);
+        let mut body = crate::core::Fragment::default();
+        body.push_text("SELECT 1 + 7 // -2 AS x,\n  1 + 7//-2 AS y");
+        m.body = Some(body);
+        let errors: Vec<String> = glued_operators(&config(""), [&m]).iter().map(ToString::to_string).collect();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        for needle in [
+            "model `z.g`",
+            "the query's `//-` (line 2 of its query) is `//` and `-` to DuckDB",
+            "generic operator",
+            "reads `// -` either way",
+            "hint: write `// -` (with a space), with parentheses for the grouping the query means",
+        ] {
+            assert!(errors[0].contains(needle), "{needle:?} missing from {}", errors[0]);
+        }
+        assert!(!errors[0].contains("none of that name"), "{}", errors[0]);
     }
 
     /// A name qualified by efmesh's storage schema or catalog, in any position but the last, is

@@ -41,20 +41,25 @@
 //!
 //! When sqlparser cannot parse a body, [`canonicalize_with_fallback`] asks DuckDB itself
 //! (`json_serialize_sql`) and keeps its JSON without `query_location` ([`normalize_duckdb_json`]);
-//! so it does for a body holding `==`, which sqlparser reads as `=` and DuckDB does not
-//! (`parse_canonical`). The [`CanonSource`] of the result says which path was taken, for
-//! `plan --explain`.
+//! so it does for a body sqlparser reads otherwise than DuckDB where no normalisation of its tree
+//! can tell ([`read_otherwise`]): one holding `==` (sqlparser reads `=`), `~~~` (DuckDB's `GLOB`,
+//! `~~ ~` to sqlparser), `@2` (a placeholder to sqlparser, an absolute value to DuckDB), an alias
+//! `ISNULL` written without `AS` (`IS NULL` to DuckDB), or a function argument
+//! `name = value` whose value an operator ranked at or below `=` ends for DuckDB
+//! (`count_if(a = 1 OR b = 2)`: a comparison to DuckDB, a named argument to sqlparser). The
+//! [`CanonSource`] of the result says which path was taken, for `plan --explain`.
 
 use serde::ser::{self, Serialize, Serializer};
 use serde_json::Value;
 use sqlparser::ast::helpers::attached_token::AttachedToken;
 use sqlparser::ast::{
-    BinaryOperator, CastKind, DataType, Expr, JoinOperator, LambdaSyntax, ObjectNamePart, Query, Select, SelectFlavor, SetExpr, Statement, TableFactor,
-    TableWithJoins, VisitMut, VisitorMut,
+    BinaryOperator, CastKind, DataType, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgOperator, FunctionArguments, JoinOperator, LambdaSyntax,
+    ObjectNamePart, Query, Select, SelectFlavor, SelectItem, SetExpr, Statement, TableFactor, TableWithJoins, VisitMut, Visitor, VisitorMut,
 };
 use sqlparser::dialect::DuckDbDialect;
+use sqlparser::keywords::Keyword;
 use sqlparser::parser::{Parser, ParserError};
-use sqlparser::tokenizer::{Token, Tokenizer};
+use sqlparser::tokenizer::{Location, Token, TokenWithSpan, Tokenizer};
 use std::ops::ControlFlow;
 
 /// The version of the canonicalisation's rules beside [`FINGERPRINT_VERSION`](super::fingerprint::FINGERPRINT_VERSION):
@@ -67,8 +72,15 @@ use std::ops::ControlFlow;
 /// quoted parts and member names only ([`normalize_type`](super::fingerprint::normalize_type): the
 /// plan memo, keyed by this version too, holds fingerprints that hash them). 4: `||` above
 /// arithmetic no longer keeps parentheses (`a || (n + 1)` has one meaning in both parsers), so such
-/// bodies take their text of the rules 2 again.
-pub const CANON_RULES: u32 = 4;
+/// bodies take their text of the rules 2 again. 5: more bodies that sqlparser reads otherwise than
+/// DuckDB 1.5.5 where no tree can tell are read by DuckDB's parser (`read_otherwise`): one holding
+/// `~~~` (DuckDB's `GLOB`, `~~ ~` to sqlparser), `@` against a number or a name (`@2 - 5`, a
+/// placeholder to sqlparser, `@(2 - 5)` to DuckDB), a select item's alias `ISNULL` written
+/// without `AS` (`n IS NULL` to DuckDB), or a function argument `name = value` whose value
+/// holds, outside parentheses, `AND`, `OR`, a comparison, `IS …` or a JSON arrow
+/// (`count_if(a = 1 OR b = 2)`: a named argument to sqlparser, `(a = 1) OR (b = 2)` to DuckDB).
+/// Every other body keeps its text of the rules 4.
+pub const CANON_RULES: u32 = 5;
 
 /// Which parser produced a [`Canonical`] text.
 /// Serialized (`plan --json`'s `canonicalSource`) as [`CanonSource::as_str`] names it.
@@ -267,9 +279,11 @@ fn split_location(raw: &str) -> (&str, Option<u64>, Option<u64>) {
 ///
 /// # Errors
 /// [`SqlError::Parse`] (with line and column when sqlparser gives them) when the text does not
-/// parse, or holds the operator `==` (sqlparser reads it as `=`, DuckDB does not: such a body is
-/// DuckDB's parser's, [`canonicalize_with_fallback`]); [`SqlError::NotAQuery`] when it is empty,
-/// holds several statements, or a statement that is not a query.
+/// parse, or when sqlparser reads it otherwise than DuckDB where no tree can tell (the operator
+/// `==`, `~~~`, `@2`, an alias `ISNULL` without `AS`, a named argument `a = 1 OR b`:
+/// `read_otherwise`; such a body is DuckDB's parser's, [`canonicalize_with_fallback`]);
+/// [`SqlError::NotAQuery`] when it is empty, holds several statements, or a statement that is not
+/// a query.
 ///
 /// # Example
 /// ```
@@ -357,9 +371,11 @@ pub fn reprint(sql: &str) -> Result<String, SqlError> {
 /// `fallback(sql)` must return the text of DuckDB's `SELECT json_serialize_sql(<sql>)` (pass
 /// `sql` as a bound parameter), or an error message when the engine could not be asked. Its
 /// output goes through [`normalize_duckdb_json`] and the result's source is
-/// [`CanonSource::DuckDbJson`]. The fallback is only used for parse failures (a body holding
-/// the operator `==` counts as one: sqlparser reads it as `=`, DuckDB ranks it above `=`): a body
-/// that sqlparser reads as a non-query statement is an error without asking DuckDB.
+/// [`CanonSource::DuckDbJson`]. The fallback is only used for parse failures (a body sqlparser
+/// reads otherwise than DuckDB where no tree can tell counts as one, `read_otherwise`: `==`,
+/// which sqlparser reads as `=`, `~~~`, `@2`, an alias `ISNULL` without `AS`, a named argument
+/// `a = 1 OR b`): a body that sqlparser reads as a non-query statement is an error without asking
+/// DuckDB.
 ///
 /// # Errors
 /// [`SqlError::NotAQuery`] as for [`canonicalize`]; [`SqlError::Fallback`] when `fallback`
@@ -456,31 +472,205 @@ pub(crate) fn parse_query(sql: &str) -> Result<Box<Query>, SqlError> {
     parse_query_in(&DuckDbDialect {}, sql)
 }
 
-/// [`parse_query`] for a canonical form: a body holding the operator `==` is refused as a parse
-/// error, so that DuckDB's parser reads it ([`canonicalize_with_fallback`]). sqlparser reads `==`
-/// as `=`, where DuckDB ranks it with the other operators, above the comparisons (`a = b == c` is
-/// `a = (b == c)`, `a == b = c` is `(a == b) = c`, `true >= true == false` is
-/// `true >= (true == false)`): no sqlparser tree tells those apart.
+/// [`parse_query`] for a canonical form: a body sqlparser reads otherwise than DuckDB in a way
+/// no normalisation of its tree can tell ([`read_otherwise`]: the operator `==`, `~~~`, `@2`, an
+/// alias `ISNULL` without `AS`, a named argument whose value an operator of it ends for DuckDB)
+/// is refused as a parse error, so that DuckDB's parser reads it ([`canonicalize_with_fallback`]).
 fn parse_canonical(sql: &str) -> Result<Box<Query>, SqlError> {
     let query = parse_query(sql)?;
-    match double_equals(sql) {
-        Some((line, column)) => Err(SqlError::Parse {
-            message: "`==` is left to DuckDB's parser (sqlparser reads it as `=`, which DuckDB ranks below it)".into(),
-            line: Some(line),
-            column: Some(column),
-        }),
+    match read_otherwise(sql, &query) {
+        Some(Misread { message, line, column }) => Err(SqlError::Parse { message, line: Some(line), column: Some(column) }),
         None => Ok(query),
     }
 }
 
-/// The 1-based line and column of the first `==` operator of `sql` (not in a string, a quoted
-/// name or a comment), if it has one.
-fn double_equals(sql: &str) -> Option<(u64, u64)> {
-    if !sql.contains("==") {
+/// Where, and why, sqlparser's tree of a body is not what DuckDB reads ([`read_otherwise`]).
+struct Misread {
+    /// Why the body is left to DuckDB's parser (the [`SqlError::Parse`] message).
+    message: String,
+    /// 1-based line of what sqlparser misreads.
+    line: u64,
+    /// 1-based column of what sqlparser misreads.
+    column: u64,
+}
+
+impl Misread {
+    fn at(location: Location, message: String) -> Self {
+        Misread { message, line: location.line, column: location.column }
+    }
+}
+
+/// The first place of `sql` (parsed as `query`) where sqlparser's tree says something else than
+/// DuckDB 1.5.5 reads there, whatever the normalisation makes of the tree, so that no sqlparser
+/// tree of it is a faithful canonical form:
+/// - the operator `==`, which sqlparser reads as `=`, where DuckDB ranks it with the other
+///   operators, above the comparisons (`a = b == c` is `a = (b == c)`, `a == b = c` is
+///   `(a == b) = c`, `true >= true == false` is `true >= (true == false)`);
+/// - `~~~` (DuckDB's `GLOB`), which sqlparser reads as `~~` and a prefix `~` (`s ~~ ~p`);
+/// - `@` against a number or a name (`@2`): a placeholder to sqlparser, so that `(@2) - 5` and
+///   `@2 - 5` are one tree, where DuckDB reads a prefix `@` (the absolute value) whose operand
+///   reaches up to an operator ranked below it (`@2 - 5` is `@(2 - 5)`, 3; `(@2) - 5` is -3);
+/// - a select item's alias `ISNULL` written without `AS` or quotes ([`POSTFIX_OPERATOR_WORDS`]):
+///   sqlparser reads the alias, DuckDB the postfix operator (`n ISNULL` is `n IS NULL`), where
+///   `n AS ISNULL` and `n "ISNULL"` are aliases to both;
+/// - a function argument `name = value` whose value holds an operator that ends it for DuckDB
+///   ([`splits_comparison`]): a named argument to sqlparser, so that `count_if(a = 1 OR b = 2)`
+///   and `count_if(a = (1 OR b = 2))` are one tree, where DuckDB reads a comparison
+///   (`(a = 1) OR (b = 2)`; a table function's `header = true` in `FROM` is a named parameter
+///   to DuckDB too, and keeps sqlparser's tree, its value being one operand).
+///
+/// The operators are found among the tokens, and only when the text holds `==`, `~~~` or `@`;
+/// the rest by one walk of the tree, which tokenizes the text only for an alias it has to look
+/// at.
+fn read_otherwise(sql: &str, query: &Query) -> Option<Misread> {
+    if let Some(misread) = misread_token(sql) {
+        return Some(misread);
+    }
+    let mut tree = TreeMisreads { sql, tokens: None };
+    match sqlparser::ast::Visit::visit(query, &mut tree) {
+        ControlFlow::Break(misread) => Some(misread),
+        ControlFlow::Continue(()) => None,
+    }
+}
+
+/// The first operator of `sql` (not in a string, a quoted name or a comment) that sqlparser
+/// reads otherwise than DuckDB ([`read_otherwise`]): `==`, `~~~`, or `@` against a number or a
+/// name.
+fn misread_token(sql: &str) -> Option<Misread> {
+    if !(sql.contains("==") || sql.contains("~~~") || sql.contains('@')) {
         return None;
     }
     let tokens = Tokenizer::new(&DuckDbDialect {}, sql).tokenize_with_location().ok()?;
-    tokens.iter().find(|t| t.token == Token::DoubleEq).map(|t| (t.span.start.line, t.span.start.column))
+    tokens.iter().enumerate().find_map(|(i, t)| {
+        // Whitespace and comments are tokens: the next one is written against this one.
+        let message = match (&t.token, tokens.get(i + 1).map(|next| &next.token)) {
+            (Token::DoubleEq, _) => "`==` is left to DuckDB's parser (sqlparser reads it as `=`, which DuckDB ranks below it)".to_string(),
+            (Token::DoubleTilde, Some(Token::Tilde)) => {
+                "`~~~` is left to DuckDB's parser (DuckDB's `GLOB`, which sqlparser reads as `~~` and a prefix `~`)".to_string()
+            }
+            (Token::AtSign, Some(Token::Number(word, _))) => at_sign(word),
+            (Token::AtSign, Some(Token::Word(word))) if word.quote_style.is_none() => at_sign(&word.value),
+            _ => return None,
+        };
+        Some(Misread::at(t.span.start, message))
+    })
+}
+
+/// The message of `@<word>` ([`misread_token`]).
+fn at_sign(word: &str) -> String {
+    format!(
+        "`@{word}` is left to DuckDB's parser (sqlparser reads a placeholder, DuckDB the absolute value of what follows up to an operator ranked below it: `@2 - 5` is `@(2 - 5)`)"
+    )
+}
+
+/// The words sqlparser takes as a select item's alias written without `AS` where DuckDB reads a
+/// postfix operator: `x ISNULL` is `x IS NULL` (lower case). (sqlparser's DuckDB dialect reads
+/// `x NOTNULL` as DuckDB does, `x IS NOT NULL`. DuckDB takes no keyword as such an alias:
+/// `SELECT x day` is its syntax error, which sqlparser reads as `x AS day`; that text fails when
+/// built, so nothing is served from it, and it is left to sqlparser.)
+const POSTFIX_OPERATOR_WORDS: &[&str] = &["isnull"];
+
+/// The misreads of [`read_otherwise`] that a parsed body's tree shows.
+struct TreeMisreads<'a> {
+    /// The body's text.
+    sql: &'a str,
+    /// Its tokens, once an alias needs them ([`TreeMisreads::written_with_as`]).
+    tokens: Option<Vec<TokenWithSpan>>,
+}
+
+impl TreeMisreads<'_> {
+    /// Whether `alias` follows the keyword `AS` (whitespace and comments between). An alias the
+    /// tokens do not show counts as written with it: the tree is then left as it is.
+    fn written_with_as(&mut self, alias: &sqlparser::ast::Ident) -> bool {
+        let sql = self.sql;
+        let tokens = self.tokens.get_or_insert_with(|| Tokenizer::new(&DuckDbDialect {}, sql).tokenize_with_location().unwrap_or_default());
+        let Some(at) = tokens.iter().position(|t| t.span.start == alias.span.start) else {
+            return true;
+        };
+        tokens[..at].iter().rfind(|t| !matches!(t.token, Token::Whitespace(_))).is_some_and(|t| matches!(&t.token, Token::Word(w) if w.keyword == Keyword::AS))
+    }
+}
+
+impl Visitor for TreeMisreads<'_> {
+    type Break = Misread;
+
+    fn pre_visit_select(&mut self, select: &Select) -> ControlFlow<Misread> {
+        for item in &select.projection {
+            if let SelectItem::ExprWithAlias { alias, .. } = item
+                && alias.quote_style.is_none()
+                && POSTFIX_OPERATOR_WORDS.iter().any(|w| alias.value.eq_ignore_ascii_case(w))
+                && !self.written_with_as(alias)
+            {
+                let message = format!("`{}` without `AS` is left to DuckDB's parser (sqlparser reads an alias, DuckDB the postfix `IS NULL`)", alias.value);
+                return ControlFlow::Break(Misread::at(alias.span.start, message));
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<Misread> {
+        match expr {
+            Expr::Function(Function { args: FunctionArguments::List(list), .. }) => named_comparison(&list.args),
+            _ => ControlFlow::Continue(()),
+        }
+    }
+
+    fn pre_visit_table_factor(&mut self, factor: &TableFactor) -> ControlFlow<Misread> {
+        match factor {
+            TableFactor::Table { args: Some(args), .. } => named_comparison(&args.args),
+            TableFactor::Function { args, .. } => named_comparison(args),
+            _ => ControlFlow::Continue(()),
+        }
+    }
+}
+
+/// The first argument `name = value` of `args` that DuckDB reads as a comparison ending before
+/// `value` does ([`splits_comparison`]), as a [`Misread`] at its name. (sqlparser's DuckDB
+/// dialect names an argument by a name only, never by an expression: `FunctionArg::ExprNamed`
+/// does not occur.)
+fn named_comparison(args: &[FunctionArg]) -> ControlFlow<Misread> {
+    for arg in args {
+        if let FunctionArg::Named { name, arg: FunctionArgExpr::Expr(value), operator: FunctionArgOperator::Equals } = arg
+            && splits_comparison(value)
+        {
+            let message = format!(
+                "`{} = …` is left to DuckDB's parser (sqlparser reads a named argument, DuckDB a comparison, which an operator of the value ends)",
+                name.value
+            );
+            return ControlFlow::Break(Misread::at(name.span.start, message));
+        }
+    }
+    ControlFlow::Continue(())
+}
+
+/// Whether DuckDB, reading `name = value` as a comparison, ends it before `value` ends: `value`
+/// holds, outside parentheses, an operator DuckDB ranks at or below `=` (`AND`, `OR`, `XOR`, a
+/// comparison, `IS …`, `= ANY (…)`), or a JSON arrow or arrow lambda, which takes everything
+/// before it as its left operand ([`is_arrow`]): `count_if(a = 1 OR b = 2)` is
+/// `count_if((a = 1) OR (b = 2))`. DuckDB ranks every other operator above `=` (`LIKE`,
+/// `BETWEEN`, `IN`, arithmetic, `||`, the matches: `a = b LIKE c` is `a = (b LIKE c)`), and reads
+/// `a = NOT b` as `a = (NOT b)`: there the comparison takes the whole value, as sqlparser's
+/// named argument does.
+fn splits_comparison(value: &Expr) -> bool {
+    use sqlparser::ast::BinaryOperator as B;
+    let low = match value {
+        Expr::BinaryOp { op, .. } => matches!(op, B::And | B::Or | B::Xor | B::Eq | B::NotEq | B::Lt | B::LtEq | B::Gt | B::GtEq) || is_arrow(value),
+        Expr::IsNull(_)
+        | Expr::IsNotNull(_)
+        | Expr::IsTrue(_)
+        | Expr::IsNotTrue(_)
+        | Expr::IsFalse(_)
+        | Expr::IsNotFalse(_)
+        | Expr::IsUnknown(_)
+        | Expr::IsNotUnknown(_)
+        | Expr::IsDistinctFrom(..)
+        | Expr::IsNotDistinctFrom(..)
+        | Expr::AnyOp { .. }
+        | Expr::AllOp { .. } => true,
+        // An arrow lambda.
+        _ => arrow_kind(value) != ArrowKind::Absent,
+    };
+    low || operand_refs(value).into_iter().any(|operand| !matches!(operand, Expr::Nested(_)) && splits_comparison(operand))
 }
 
 /// [`parse_query`] in sqlparser's `dialect`.
@@ -775,7 +965,7 @@ impl Context {
 /// `<=>` with the comparisons), ranks `^` below `+`, and binds a prefix `~` tighter than `+`.
 /// DuckDB 1.5.5 ranks the JSON arrows apart ([`is_arrow`]), and reads `==` above `=` where
 /// sqlparser reads one operator (a body holding `==` is read by DuckDB's parser,
-/// [`double_equals`]).
+/// [`read_otherwise`]).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum OpClass {
     /// `= <> < > <= >=`.
@@ -1440,6 +1630,101 @@ mod tests {
         assert_eq!(asked.get(), 1);
         // The digest takes the same way: an error, so that the planner asks DuckDB.
         assert!(matches!(canonical_digest("SELECT a == b"), Err(SqlError::Parse { .. })));
+    }
+
+    /// A stand-in for DuckDB's `json_serialize_sql`, whose tree is the text it was asked: what
+    /// DuckDB's parser reads gets a text of its own.
+    fn duckdb_stub(sql: &str) -> Result<String, String> {
+        Ok(serde_json::json!({"error": false, "statements": [{"node": {"sql": sql}}]}).to_string())
+    }
+
+    /// The canonical form of `sql`, DuckDB's parser ([`duckdb_stub`]) reading what sqlparser
+    /// leaves to it.
+    fn either(sql: &str) -> Canonical {
+        canonicalize_with_fallback(sql, &duckdb_stub).unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    /// Asserts that `sql` is left to DuckDB's parser at `line` and `column` (a parse error to
+    /// [`canonicalize`] and [`canonical_digest`], so that the planner asks DuckDB).
+    #[track_caller]
+    fn left_to_duckdb(sql: &str, line: u64, column: u64) {
+        let e = canonicalize(sql).unwrap_err();
+        assert!(matches!(e, SqlError::Parse { .. }), "{sql}: {e:?}");
+        assert_eq!((e.line(), e.column()), (Some(line), Some(column)), "{sql}: {e}");
+        assert_eq!(canonical_digest(sql).unwrap_err(), e, "{sql}");
+        assert_eq!(either(sql).source, CanonSource::DuckDbJson, "{sql}");
+    }
+
+    #[test]
+    fn at_against_a_number_is_left_to_duckdb() {
+        // A placeholder to sqlparser, so `(@2) - 5` and `@2 - 5` were one tree; DuckDB 1.5.5 reads
+        // a prefix `@` whose operand reaches up to an operator ranked below it: -3 and 3.
+        left_to_duckdb("SELECT (@2) - 5", 1, 9);
+        left_to_duckdb("SELECT 1,\n  @2 - 5", 2, 3);
+        left_to_duckdb("SELECT x * @0.5 - 1 FROM t", 1, 12);
+        assert_ne!(either("SELECT (@2) - 5").text, either("SELECT @2 - 5").text);
+        // `@` in a literal, a quoted name or a comment, and the operators holding it, are not it.
+        for sql in ["SELECT '@2 - 5', \"@2\" FROM t -- @2\n", "SELECT j @> '{}', l <@ m FROM t"] {
+            assert_eq!(either(sql).source, CanonSource::SqlParser, "{sql}");
+        }
+    }
+
+    #[test]
+    fn glob_written_as_an_operator_is_left_to_duckdb() {
+        // `~~~` is DuckDB's `GLOB`; sqlparser reads `~~` (`LIKE`) and a prefix `~`, the tree of
+        // `s ~~ ~p`.
+        left_to_duckdb("SELECT s ~~~ p FROM t", 1, 10);
+        left_to_duckdb("SELECT s~~~p FROM t", 1, 9);
+        assert_eq!(either("SELECT s ~~ ~p FROM t").source, CanonSource::SqlParser);
+        assert_ne!(either("SELECT s ~~~ p FROM t").text, either("SELECT s ~~ ~p FROM t").text);
+        assert_eq!(either("SELECT s ~~ p, s !~~ p, '~~~' FROM t").source, CanonSource::SqlParser);
+    }
+
+    #[test]
+    fn an_alias_isnull_without_as_is_left_to_duckdb() {
+        // sqlparser reads `n ISNULL` as `n AS ISNULL`; DuckDB 1.5.5 as `n IS NULL`.
+        left_to_duckdb("SELECT n ISNULL FROM t", 1, 10);
+        left_to_duckdb("SELECT a,\n  n /* c */ IsNull, b FROM t", 2, 13);
+        left_to_duckdb("SELECT x FROM (SELECT n isnull FROM t)", 1, 25);
+        assert_ne!(either("SELECT n ISNULL FROM t").text, either("SELECT n AS ISNULL FROM t").text);
+        // With `AS` or quotes it is an alias to both; `NOTNULL` sqlparser reads as DuckDB does.
+        for sql in ["SELECT n AS ISNULL FROM t", "SELECT n AS /* c */ isnull FROM t", "SELECT n \"ISNULL\" FROM t", "SELECT n isnull_x FROM t"] {
+            assert_eq!(either(sql).source, CanonSource::SqlParser, "{sql}");
+        }
+        assert_eq!(canon("SELECT n \"ISNULL\" FROM t"), canon("SELECT n AS ISNULL FROM t"));
+        assert_ne!(canon("SELECT n NOTNULL FROM t"), canon("SELECT n AS NOTNULL FROM t"));
+    }
+
+    #[test]
+    fn a_named_argument_duckdb_reads_as_a_comparison_ended_early_is_left_to_duckdb() {
+        // sqlparser reads `count_if(a = 1 OR b = 2)` as the argument `a` named `1 OR b = 2`, the
+        // tree of `count_if(a = (1 OR b = 2))`; DuckDB 1.5.5 reads `(a = 1) OR (b = 2)`.
+        left_to_duckdb("SELECT count_if(a = 1 OR b = 2) FROM t", 1, 17);
+        assert_ne!(either("SELECT count_if(a = 1 OR b = 2) FROM t").text, either("SELECT count_if(a = (1 OR b = 2)) FROM t").text);
+        for sql in [
+            "SELECT count_if(a = 1 AND b) FROM t",
+            "SELECT count_if(a = b IS NULL) FROM t",
+            "SELECT count_if(a = b IS DISTINCT FROM c) FROM t",
+            "SELECT count_if(a = b ->> 'k') FROM t",
+            "SELECT bool_or(a = NOT b AND c) FROM t",
+            "SELECT coalesce(x = 1 OR y, false) FROM t",
+            "SELECT count(*) FILTER (WHERE f(a = 1 OR b)) FROM t",
+            "SELECT * FROM read_csv('x.csv', header = true OR false)",
+        ] {
+            assert_eq!(either(sql).source, CanonSource::DuckDbJson, "{sql}");
+        }
+        // A value that is one operand to DuckDB's comparison too is sqlparser's, as before: a
+        // name, a literal, arithmetic, `LIKE`, `IN`, `NOT`, parentheses; `:=` and `=>` name an
+        // argument in both; a table function's `header = true` is a named parameter in both.
+        for sql in [
+            "SELECT count_if(status = 'paid'), coalesce(a = 1, false) FROM t",
+            "SELECT count_if(a = b + 1), count_if(a = b LIKE c), count_if(a = b IN (1, 2)), count_if(a = NOT b) FROM t",
+            "SELECT count_if(a = (1 OR b = 2)), count_if(a = f(b OR c)), count_if(a = CASE WHEN b = 1 THEN c END) FROM t",
+            "SELECT f(a := 1 OR b), f(a => b = c) FROM t",
+            "SELECT * FROM read_csv('x.csv', header = true, delim = ';')",
+        ] {
+            assert_eq!(either(sql).source, CanonSource::SqlParser, "{sql}");
+        }
     }
 
     #[test]

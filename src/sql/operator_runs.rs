@@ -7,13 +7,19 @@
 //! the operator `^-`, which DuckDB does not have (a `Catalog Error` when the model is built),
 //! while sqlparser, whose tree is fingerprinted ([`super::canon`]), reads `3 ^ -2` there: the
 //! broken text and the fixed one share a fingerprint, and an edit from one to the other would
-//! be "no changes". [`glued_operators`] finds such runs, so that the load refuses them
+//! be "no changes". And an operator DuckDB's grammar ranks apart (`//`, `->`, `->>`) that loses
+//! signs so is no longer that operator to it but a generic one, ranked otherwise: `1 + 7//-2` is
+//! `(1 + 7) // -2` (-4) where `1 + 7 // -2` is `1 + (7 // -2)` (-2), one sqlparser tree.
+//! [`glued_operators`] finds such runs, so that the load refuses them
 //! (`project::glued_operators`).
 //!
-//! Checked on DuckDB 1.5.5: every run of two or three operator characters this module flags
-//! between two numbers is DuckDB's `Scalar Function with name <run> does not exist`. DuckDB's
-//! operator characters are Postgres's without `#` and `?` (a positional column `#1`, a
-//! parameter `?`).
+//! Checked on DuckDB 1.5.5: every run of two or three operator characters this module flags as
+//! unknown between two numbers is DuckDB's `Scalar Function with name <run> does not exist`;
+//! every run of two or three characters ending in signs that DuckDB cuts reads as the same query
+//! written apart, in the contexts of an arithmetic, comparison, `^`, `||`, `AND`, `NOT`, `IS
+//! NULL` and `LIKE` operator, but for `//`, `->`, `->>` ([`RANKED_APART`]) and `**` (which
+//! sqlparser does not parse: such a body's fingerprint is DuckDB's own tree). DuckDB's operator
+//! characters are Postgres's without `#` and `?` (a positional column `#1`, a parameter `?`).
 
 use crate::core::fragment::skip_literal_or_comment;
 
@@ -21,12 +27,19 @@ use crate::core::fragment::skip_literal_or_comment;
 /// reads several.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GluedOperator {
-    /// The operator as DuckDB reads it (`^-`).
+    /// The operator as DuckDB reads it (`^-`); for one [`GluedOperator::ranked_otherwise`], the
+    /// run as written: the operator and the signs DuckDB cuts off it (`//-`).
     pub operator: String,
     /// The characters with a space where sqlparser splits them (`^ -`): what to write.
     pub apart: String,
     /// 1-based line of the text it is on.
     pub line: u64,
+    /// DuckDB has the operator left once the signs are cut off (`//`, `->`, `->>`:
+    /// [`RANKED_APART`]) but reads it as a generic operator, ranked otherwise than written apart:
+    /// the model builds (or not) and computes something else than the spelling apart, whose
+    /// fingerprint it has. Otherwise DuckDB has no operator of that name: the model fails when
+    /// built.
+    pub ranked_otherwise: bool,
 }
 
 /// The characters of an operator to DuckDB's lexer.
@@ -41,12 +54,35 @@ const SIGN_ENDING_ALLOWED_BY: &[u8] = b"~!@%^&|`";
 /// operator (`*~`, `=@`) it does not have.
 const BEFORE_PREFIX: &[&str] = &["+", "-", "*", "/", "//", "%", "^", "**", "||", "&", "|", "<<", ">>", "=", "==", "<>", "!=", "<", ">", "<=", ">="];
 
+/// DuckDB's other binary operators that sqlparser reads before a prefix `~` or `@` written
+/// against them as it does after [`BEFORE_PREFIX`] (`j->>~k`, `s~~@2`, `s!~~~p`, `l<@@2`), where
+/// DuckDB reads one operator (`->>~`, `~~@`, `!~~~`, `<@@`) it does not have. Not DuckDB's own
+/// operators so spelt ([`DUCKDB_ENDING_IN_PREFIX`]).
+const OTHER_BEFORE_PREFIX: &[&str] = &["->", "->>", "~", "~*", "!~", "!~*", "~~", "!~~", "~~~", "~~*", "!~~*", "@>", "<@", "<=>"];
+
+/// DuckDB's operators that are one of [`BEFORE_PREFIX`] or [`OTHER_BEFORE_PREFIX`] followed by
+/// `~` or `@`: `^@` (starts with), `<@` (contained by), `~~` (`LIKE`), `!~~` (`NOT LIKE`) and
+/// `~~~` (`GLOB`, which sqlparser reads as `~~ ~`: a body holding it is read by DuckDB's parser,
+/// `canon::read_otherwise`).
+const DUCKDB_ENDING_IN_PREFIX: &[&str] = &["^@", "<@", "~~", "!~~", "~~~"];
+
+/// DuckDB's operators with a token of their own in its grammar, ranked there apart from the
+/// generic operators, that a run can leave once its trailing signs are cut (`7//-2`, `j->-1`,
+/// `j->>-1`): DuckDB then reads them as a generic operator (ranked below `+` and `-`, and without
+/// the arrows' reach, `canon::is_arrow`), so `1 + 7//-2` is `(1 + 7) // -2` where `1 + 7 // -2`
+/// is `1 + (7 // -2)`, while sqlparser reads both alike. (`**` is one too, but sqlparser does not
+/// parse it: a body holding it has DuckDB's own tree as its canonical form.)
+pub const RANKED_APART: &[&str] = &["//", "->", "->>"];
+
 /// Every operator of `sql`, outside string literals, quoted identifiers and comments, that DuckDB
 /// reads as one operator it does not have where sqlparser reads several (see the
 /// [module docs](self)): one of two characters or more ending in `+` or `-` (`^-`, `%-`, `|-`,
-/// `||-`, `!=-`, `~-`: no DuckDB operator ends so), or one of `+ - * / // % ^ ** || & | << >> =
-/// == <> != < > <= >=` (and signs) followed by a prefix `~` or `@` (`*~`, `!=~`, `=@`; not
-/// DuckDB's `^@` and `<@`). In order of position.
+/// `||-`, `!=-`, `~-`: no DuckDB operator ends so), or one of [`BEFORE_PREFIX`] and
+/// [`OTHER_BEFORE_PREFIX`] (`+ - * / // % ^ ** || & | << >> = == <> != < > <= >= -> ->> ~ ~*
+/// !~ !~* ~~ !~~ ~~~ ~~* !~~* @> <@ <=>`, and signs) followed by a prefix `~` or `@` (`*~`,
+/// `!=~`, `=@`, `->>~`, `<@@`; not DuckDB's `^@`, `<@`, `~~`, `!~~` and `~~~`). And every one of
+/// [`RANKED_APART`] that DuckDB cuts from signs written against it (`//-`, `->+`, `->>-`), which
+/// it then ranks otherwise ([`GluedOperator::ranked_otherwise`]). In order of position.
 ///
 /// # Example
 /// ```
@@ -86,9 +122,12 @@ pub fn glued_operators(sql: &str) -> Vec<GluedOperator> {
                 }
             }
             let operator = &run[..n];
-            if let Some(apart) = glued_apart(operator) {
-                let line = u64::try_from(sql[..at].matches('\n').count() + 1).unwrap_or(u64::MAX);
-                out.push(GluedOperator { operator: operator.to_string(), apart, line });
+            let line = || u64::try_from(sql[..at].matches('\n').count() + 1).unwrap_or(u64::MAX);
+            if n < run.len() && RANKED_APART.contains(&operator) {
+                // `//-`: `//`, cut from its signs, is a generic operator to DuckDB.
+                out.push(GluedOperator { operator: run.to_string(), apart: format!("{operator} {}", &run[n..]), line: line(), ranked_otherwise: true });
+            } else if let Some(apart) = glued_apart(operator) {
+                out.push(GluedOperator { operator: operator.to_string(), apart, line: line(), ranked_otherwise: false });
             }
             at += n;
         }
@@ -109,8 +148,13 @@ fn glued_apart(operator: &str) -> Option<String> {
     }
     let (head, last) = operator.split_at(operator.len() - 1);
     let op = head.trim_end_matches(['+', '-']);
-    let before_prefix = op.is_empty() || BEFORE_PREFIX.contains(&op);
-    (matches!(last, "~" | "@") && before_prefix && !matches!(operator, "^@" | "<@")).then(|| format!("{head} {last}"))
+    let before_prefix = op.is_empty() || BEFORE_PREFIX.contains(&op) || OTHER_BEFORE_PREFIX.contains(&op);
+    if !matches!(last, "~" | "@") || !before_prefix || DUCKDB_ENDING_IN_PREFIX.contains(&operator) {
+        return None;
+    }
+    // `->-~` is `-> - ~`: `->-` apart from the prefix would be `->` cut from its sign.
+    let signs = &head[op.len()..];
+    Some(if !signs.is_empty() && RANKED_APART.contains(&op) { format!("{op} {signs} {last}") } else { format!("{head} {last}") })
 }
 
 #[cfg(test)]
@@ -150,24 +194,70 @@ mod tests {
             ("SELECT 3*-~2", "*-~", "*- ~"),
             ("SELECT 3+@2", "+@", "+ @"),
             ("SELECT 1 WHERE x>=@y", ">=@", ">= @"),
+            // DuckDB's other binary operators against a prefix `~` or `@` (sqlparser reads
+            // `j ->> ~k`, `s ~~ @2`, `s !~~ ~p`).
+            ("SELECT j->~k", "->~", "-> ~"),
+            ("SELECT j->@2", "->@", "-> @"),
+            ("SELECT j->>~k", "->>~", "->> ~"),
+            ("SELECT j->>@2", "->>@", "->> @"),
+            ("SELECT s~~@2", "~~@", "~~ @"),
+            ("SELECT s!~~~p", "!~~~", "!~~ ~"),
+            ("SELECT s~~~@2", "~~~@", "~~~ @"),
+            ("SELECT s~~*~p", "~~*~", "~~* ~"),
+            ("SELECT s!~~*@2", "!~~*@", "!~~* @"),
+            ("SELECT l<@@2", "<@@", "<@ @"),
+            ("SELECT l@>~m", "@>~", "@> ~"),
+            ("SELECT s~*~p", "~*~", "~* ~"),
+            ("SELECT s!~*@2", "!~*@", "!~* @"),
+            ("SELECT s~@2", "~@", "~ @"),
+            ("SELECT s!~@2", "!~@", "!~ @"),
+            ("SELECT a<=>~b", "<=>~", "<=> ~"),
+            // Apart, the signs stay apart from the arrow too (`->-` would be `->` cut from `-`).
+            ("SELECT j->-~k", "->-~", "-> - ~"),
+            ("SELECT 7//-~2", "//-~", "// - ~"),
         ] {
             let g = glued_operators(sql);
             assert_eq!(g.len(), 1, "{sql}: {g:?}");
-            assert_eq!((g[0].operator.as_str(), g[0].apart.as_str(), g[0].line), (operator, apart, 1), "{sql}");
+            assert_eq!((g[0].operator.as_str(), g[0].apart.as_str(), g[0].line, g[0].ranked_otherwise), (operator, apart, 1, false), "{sql}");
         }
+    }
+
+    /// `//`, `->` and `->>` cut from the signs written against them are generic operators to
+    /// DuckDB 1.5.5, ranked otherwise than the operator apart (`1 + 7//-2` is -4, `1 + 7 // -2`
+    /// is -2; `'2' = j->>-1` is `'2' = (j ->> -1)`, `'2' = j ->> -1` is `('2' = j) ->> -1`):
+    /// found, with the spelling apart, and told apart from an operator DuckDB does not have.
+    #[test]
+    fn operators_duckdb_ranks_otherwise_once_cut_from_their_signs_are_found() {
+        for (sql, operator, apart) in [
+            ("SELECT 1 + 7//-2", "//-", "// -"),
+            ("SELECT 7//-2 * 3", "//-", "// -"),
+            ("SELECT 7//+2 * 3", "//+", "// +"),
+            ("SELECT 7 //+-2", "//+-", "// +-"),
+            ("SELECT '2' = j->>-1", "->>-", "->> -"),
+            ("SELECT j->-1", "->-", "-> -"),
+            ("SELECT list_transform(l, x->+x)", "->+", "-> +"),
+        ] {
+            let g = glued_operators(sql);
+            assert_eq!(g.len(), 1, "{sql}: {g:?}");
+            assert_eq!((g[0].operator.as_str(), g[0].apart.as_str(), g[0].line, g[0].ranked_otherwise), (operator, apart, 1, true), "{sql}");
+        }
+        // Written apart, or against no sign, they are DuckDB's own.
+        assert_eq!(found("SELECT 1 + 7 // -2, j ->> -1, j -> -1, 7//2, j->>'k', j->'k', x -> -x"), Vec::<String>::new());
     }
 
     /// What DuckDB reads as sqlparser does is never found: signs an operator may not end in
     /// (`*-` is `*` and `-`), DuckDB's own operators, operators apart, and anything in a
-    /// literal, a quoted identifier or a comment.
+    /// literal, a quoted identifier or a comment. (`3**-2` ranks otherwise too, but sqlparser
+    /// does not parse `**`: the body's fingerprint is DuckDB's tree.)
     #[test]
     fn operators_duckdb_splits_or_has_are_not_found() {
         for sql in [
-            "SELECT 3*-2, 3/-2, 3//-2, 3+-2, 3-+2, 3**-2, 3<<-2, 3>>-2, 3*+-2",
+            "SELECT 3*-2, 3/-2, 3+-2, 3-+2, 3**-2, 3<<-2, 3>>-2, 3*+-2",
             "SELECT 1 WHERE x=-1 OR x<>-1 OR x<=-1 OR x>=-1 OR x<-1 OR x>-1 OR x==-1",
             "SELECT 3 ^ -2, 3 % -2, a | -1, a & ~b, ~1, @ -2, 'a' || -1",
             "SELECT s ~~ p, s !~~ p, s ~~~ p, s !~ p, s ^@ p, l <@ m, l @> m, a && b, j ->> 'k', j->'k'",
-            "SELECT list_transform(l, x -> -x), [1, 2]->>-1, f(a := -1), f(a => -1), #1-#2",
+            "SELECT s~~p, s!~~p, s~~~p, s~~*p, s!~~*p, s~*p, s!~*p, s^@p, l<@m, l@>m, a<=>b",
+            "SELECT list_transform(l, x -> -x), [1, 2]->>'a', f(a := -1), f(a => -1), #1-#2",
             "SELECT 'x^-2', \"a^-b\", E'\\'^-', $$3^-2$$, $t$^-$t$ -- 3^-2\n/* 3^-2 */",
             "SELECT 3^--2\n",
             "SELECT 3^/* c */-2",

@@ -553,3 +553,34 @@ fn dropping_the_parentheses_of_a_json_arrow_is_a_change() {
     p.write("models/c.sql", &matching("(url LIKE (rule ->> 'prefix'))"));
     assert_eq!(p.plan("dev")["hasChanges"], false);
 }
+
+/// sqlparser reads `@2` as a placeholder and `count_if(a = … OR …)` as an argument `a` named
+/// `… OR …`, so `(@2) - 5` and `@2 - 5`, `count_if(a = (1 OR b = 2))` and `count_if(a = 1 OR
+/// b = 2)` were one tree each, where DuckDB reads `@(2 - 5)` and `(a = 1) OR (b = 2)`: the edit
+/// was "no changes" and dev kept the old rows. Such bodies are read by DuckDB's parser: the edit
+/// is a change, and dev serves the new rows.
+#[test]
+fn edits_sqlparser_reads_as_one_tree_and_duckdb_as_two_are_changes() {
+    use crate::common::{Project, action, env_view};
+    let p = Project::new();
+    p.write("efmesh.toml", &p.config_with("").replace("models/**/*.lua", "models/**/*.{lua,sql}"));
+    let model = |name: &str, select: &str| format!("-- name: s.{name}\n-- kind: full\n-- schema: v integer\n{select}\n");
+    let counted = |condition: &str| model("counted", &format!("SELECT CAST(count_if({condition}) AS INTEGER) AS v FROM (VALUES (0, 2)) AS t(a, b)"));
+    p.write("models/abs.sql", &model("abs", "SELECT (@2) - 5 AS v"));
+    p.write("models/counted.sql", &counted("a = (1 OR b = 2)"));
+    p.apply("dev");
+    assert_eq!(p.rows(&env_view("dev", "s.abs")), vec![vec![Some("-3".to_string())]]);
+    assert_eq!(p.rows(&env_view("dev", "s.counted")), vec![vec![Some("0".to_string())]]);
+
+    p.write("models/abs.sql", &model("abs", "SELECT @2 - 5 AS v"));
+    p.write("models/counted.sql", &counted("a = 1 OR b = 2"));
+    let plan = p.plan("dev");
+    assert_eq!(plan["hasChanges"], true, "{plan:#}");
+    for name in ["s.abs", "s.counted"] {
+        assert_ne!(action(&plan, name)["change"], "unchanged", "{name}: {plan:#}");
+        assert_eq!(action(&plan, name)["canonicalSource"], "duckdb-json", "{name}: {plan:#}");
+    }
+    p.apply("dev");
+    assert_eq!(p.rows(&env_view("dev", "s.abs")), vec![vec![Some("3".to_string())]], "dev serves the old rows");
+    assert_eq!(p.rows(&env_view("dev", "s.counted")), vec![vec![Some("1".to_string())]], "dev serves the old rows");
+}

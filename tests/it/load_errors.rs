@@ -440,6 +440,22 @@ fn an_operator_duckdb_reads_as_one_it_lacks_is_a_load_error_at_its_line() {
     assert_eq!(stderr.matches("is one operator to DuckDB").count(), 2, "{stderr}");
 }
 
+/// `//` written against a sign is DuckDB's `//` cut from it, read as a generic operator ranked
+/// below `+` (`1 + 7//-2` is `(1 + 7) // -2`, -4, where `1 + 7 // -2` is -2), while efmesh's SQL
+/// parser reads one tree for both: a load error at its line too, saying the operator is ranked
+/// otherwise (it builds, computing something else than the spelling apart).
+#[test]
+fn an_operator_duckdb_ranks_otherwise_once_cut_from_its_sign_is_a_load_error() {
+    let stderr = assert_load_error(
+        |p| {
+            p.write("efmesh.toml", &CONFIG.replace("models/**/*.lua", "models/**/*.{lua,sql}"));
+            p.write("models/g.sql", "-- name: z.g\n-- kind: full\n-- schema: v integer, w integer\nSELECT 1 + 7 // -2 AS v,\n  1 + 7//-2 AS w\n");
+        },
+        &["models/g.sql:5: model `z.g`: the query's `//-` is `//` and `-` to DuckDB", "generic operator", "hint: write `// -` (with a space)"],
+    );
+    assert!(!stderr.contains("none of that name"), "{stderr}");
+}
+
 #[test]
 fn columns_differing_only_in_case() {
     // `n` and `N` are one column to the engine: the view served `n`'s value under both names.
