@@ -704,7 +704,7 @@ fn refuse_lost_files(
     let checked: Vec<&Stored<'_>> = stored
         .iter()
         .filter(|s| held.contains(&s.table.to_lowercase()) && !builds_anew(s.action))
-        .filter(|s| !s.action.repair.as_ref().is_some_and(|r| !r.ducklake_files_missing.is_empty()))
+        .filter(|s| s.action.repair.as_ref().is_none_or(|r| r.ducklake_files_missing.is_empty()))
         .collect();
     if checked.is_empty() {
         return Ok(());

@@ -141,7 +141,9 @@ pub fn compare(old: &Definition<'_>, new: &Definition<'_>) -> OwnChange {
 /// alias or a column), no `*`. The set (lower-case) holds the columns whose item or declared
 /// type changed, and those added or removed. `None` ("anything may have changed") when the rows
 /// could change: another clause changed, `DISTINCT`, `GROUP BY ALL`, positional `ORDER BY` /
-/// `GROUP BY`, a changed item that aggregates without `GROUP BY`, calls a set-returning
+/// `GROUP BY`, a clause keeping rows by their order (`LIMIT`, `OFFSET`, `FETCH`, `TOP`: which
+/// tied rows it keeps follows the engine's plan, [`RowClauses::picks`]), a
+/// changed item that aggregates without `GROUP BY`, calls a set-returning
 /// function or any function not known to return one value per row ([`unknown_function`]), a clause outside the select list that names a changed column (DuckDB lets `WHERE`,
 /// `HAVING`, `QUALIFY` and `ORDER BY` read select-list aliases), or a changed column the kind
 /// keys rows by (`key_columns`: a time column, a unique key). Also `None` when either version
@@ -193,7 +195,8 @@ pub fn changed_columns(old: &Definition<'_>, new: &Definition<'_>, key_columns: 
     }
     // What keeps the rows: the clauses outside the select list must not depend on it.
     let clauses = row_clauses(&new_ast)?;
-    if clauses.distinct || clauses.group_by_all || clauses.positional_order() || clauses.positional_group() || clauses.order_by_all() {
+    if clauses.distinct || clauses.group_by_all || clauses.positional_order() || clauses.positional_group() || clauses.order_by_all() || clauses.picks.is_some()
+    {
         return None;
     }
     for item in &changed_items {
@@ -228,6 +231,19 @@ struct RowClauses<'a> {
     has_group_by: bool,
     order_by: Option<&'a Value>,
     group_by: Option<&'a Value>,
+    /// The clause that keeps only some rows by their order (`LIMIT`, `OFFSET`, `FETCH`, `TOP`),
+    /// if any (`DISTINCT ON` counts under `distinct`). Which rows it keeps among rows that tie
+    /// in that order (or in no order at all) is the engine's pick, which follows its plan: a
+    /// column added to, or changed in, the select list changes the plan (DuckDB computes another
+    /// window, projects other columns, sorts otherwise) and so may change which of the tied rows
+    /// are kept. Whether the order is total (a unique key last) is not proven from the query, so
+    /// such a clause alone keeps a change from leaving the rows alone. `QUALIFY` is not counted,
+    /// though a tie in its window's order is the same pick: `QUALIFY row_number() OVER
+    /// (PARTITION BY k ORDER BY ts DESC) = 1` is how a model keeps one row per key, its order is
+    /// meant to be total, and counting it would make every column added to a deduplicating
+    /// model a rebuild of everything downstream (a tie there is the query's own nondeterminism:
+    /// a rebuild of the same version may pick another row too).
+    picks: Option<&'static str>,
 }
 
 impl RowClauses<'_> {
@@ -254,7 +270,10 @@ fn positional(v: Option<&Value>) -> bool {
 
 /// The [`RowClauses`] of `ast`, when it is a `SELECT` either parser wrote.
 fn row_clauses(ast: &Value) -> Option<RowClauses<'_>> {
+    let present = |v: Option<&Value>| v.is_some_and(|v| !v.is_null());
     if let Some(stmt) = pg_select(ast) {
+        // Postgres's `FETCH FIRST n ROWS` is its `LIMIT n`.
+        let picks = (present(stmt.get("limit_count")) || present(stmt.get("limit_offset"))).then_some("`LIMIT`/`OFFSET`/`FETCH`");
         return Some(RowClauses {
             pg: true,
             distinct: stmt.get("distinct_clause").and_then(Value::as_array).is_some_and(|d| !d.is_empty()),
@@ -262,11 +281,15 @@ fn row_clauses(ast: &Value) -> Option<RowClauses<'_>> {
             has_group_by: stmt.get("group_clause").and_then(Value::as_array).is_some_and(|g| !g.is_empty()),
             order_by: stmt.get("sort_clause"),
             group_by: stmt.get("group_clause"),
+            picks,
         });
     }
     let select = ast.get("body")?.get("Select")?;
     let group = select.get("group_by");
     let exprs = group.and_then(|g| g.get("Expressions")).and_then(|e| e.get(0)).and_then(Value::as_array);
+    let picks = [(ast.get("limit_clause"), "`LIMIT`/`OFFSET`"), (ast.get("fetch"), "`FETCH`"), (select.get("top"), "`TOP`")]
+        .into_iter()
+        .find_map(|(v, clause)| present(v).then_some(clause));
     Some(RowClauses {
         pg: false,
         distinct: select.get("distinct").is_some_and(|d| !d.is_null()),
@@ -274,6 +297,7 @@ fn row_clauses(ast: &Value) -> Option<RowClauses<'_>> {
         has_group_by: exprs.is_some_and(|e| !e.is_empty()),
         order_by: ast.get("order_by"),
         group_by: group,
+        picks,
     })
 }
 
@@ -374,8 +398,10 @@ fn item_name(item: &Value) -> Option<String> {
 /// Why adding projection items at `added` would change the existing rows, if it would: a new
 /// column is a new grouping key under `GROUP BY ALL`, changes which rows are distinct under
 /// `DISTINCT`, folds rows with an aggregate, multiplies rows with a set-returning function or may
-/// do either with a function not known to return one value per row ([`unknown_function`]), or
-/// shifts positional `ORDER BY` / `GROUP BY` references.
+/// do either with a function not known to return one value per row ([`unknown_function`]),
+/// shifts positional `ORDER BY` / `GROUP BY` references, or is added at a level with a clause
+/// keeping rows by their order (`LIMIT`, `OFFSET`, `FETCH`, `TOP`), where it may change which
+/// tied rows are kept ([`RowClauses::picks`]: an order is not proven total; not `QUALIFY`).
 fn added_columns_change_rows(ast: &Value, projection: &[Value], added: &[usize], old_len: usize) -> Option<String> {
     let Some(clauses) = row_clauses(ast) else { return Some("the query is not a plain `SELECT`".into()) };
     if clauses.group_by_all && added.iter().any(|&i| !is_aggregate(&projection[i])) {
@@ -427,6 +453,11 @@ fn added_columns_change_rows(ast: &Value, projection: &[Value], added: &[usize],
     }
     if added.iter().any(|&i| i < old_len) && (clauses.positional_order() || clauses.positional_group()) {
         return Some("a column inserted before others shifts positional `ORDER BY`/`GROUP BY` references".into());
+    }
+    if let Some(clause) = clauses.picks {
+        return Some(format!(
+            "{clause} keeps some rows by their order, and which of the rows tied in it are kept follows the engine's plan, which an added column changes"
+        ));
     }
     None
 }
@@ -984,6 +1015,46 @@ mod tests {
             let v = verdict(old, old_cols, new, new_cols);
             assert!(v.non_breaking, "{new}: {v:?}");
         }
+    }
+
+    #[test]
+    fn a_column_added_or_changed_where_rows_are_kept_by_their_order_is_breaking() {
+        // `ORDER BY v DESC LIMIT 2` over rows tied in `v`: which of them is kept follows the
+        // engine's plan, which the added window changes (DuckDB then keeps the other one).
+        let cols3 = &["id", "v", "x"];
+        for (old, new, clause) in [
+            (
+                "SELECT id, v FROM t ORDER BY v DESC LIMIT 2",
+                "SELECT id, v, sum(v) OVER (PARTITION BY k) AS x FROM t ORDER BY v DESC LIMIT 2",
+                "`LIMIT`/`OFFSET`",
+            ),
+            ("SELECT id, v FROM t ORDER BY v OFFSET 1", "SELECT id, v, k AS x FROM t ORDER BY v OFFSET 1", "`LIMIT`/`OFFSET`"),
+            ("SELECT id, v FROM t LIMIT 5", "SELECT id, v, upper(k) AS x FROM t LIMIT 5", "`LIMIT`/`OFFSET`"),
+        ] {
+            let v = verdict(old, &["id", "v"], new, cols3);
+            assert!(!v.non_breaking && v.reason.contains(clause) && v.reason.contains("tied"), "{new}: {v:?}");
+        }
+        // `DISTINCT ON` picks a row per key: breaking as any `DISTINCT`.
+        let v = verdict("SELECT DISTINCT ON (k) id, v FROM t ORDER BY k, v", &["id", "v"], "SELECT DISTINCT ON (k) id, v, k AS x FROM t ORDER BY k, v", cols3);
+        assert!(!v.non_breaking && v.reason.contains("DISTINCT"), "{v:?}");
+        // Postgres's `LIMIT` and `FETCH FIRST`.
+        for tail in ["LIMIT 2", "FETCH FIRST 2 ROWS ONLY", "OFFSET 1"] {
+            let (old, new) = (format!("SELECT id, v FROM t ORDER BY v {tail}"), format!("SELECT id, v, k AS x FROM t ORDER BY v {tail}"));
+            let v = pg_verdict(&old, &["id", "v"], &new, cols3);
+            assert!(!v.non_breaking && v.reason.contains("`LIMIT`/`OFFSET`/`FETCH`"), "{tail}: {v:?}");
+        }
+        // An ordering alone keeps every row: still non-breaking.
+        let v = verdict("SELECT id, v FROM t ORDER BY v DESC", &["id", "v"], "SELECT id, v, sum(v) OVER (PARTITION BY k) AS x FROM t ORDER BY v DESC", cols3);
+        assert!(v.non_breaking, "{v:?}");
+        // A changed column there names no columns either: the other columns' rows may change.
+        let base = ["SELECT id, v AS b, c FROM s.t ORDER BY id", "SELECT id, v * 2 AS b, c FROM s.t ORDER BY id"];
+        let b3 = &["id", "b", "c"];
+        assert_eq!(changed(base[0], b3, base[1], b3), Some(vec!["b".into()]));
+        assert_eq!(changed(&format!("{} LIMIT 3", base[0]), b3, &format!("{} LIMIT 3", base[1]), b3), None);
+        // `QUALIFY`, the deduplicating idiom, is not counted (its order is meant to be total).
+        let q = "QUALIFY row_number() OVER (PARTITION BY k ORDER BY v) = 1";
+        let v = verdict(&format!("SELECT id, v FROM t {q}"), &["id", "v"], &format!("SELECT id, v, upper(k) AS x FROM t {q}"), cols3);
+        assert!(v.non_breaking, "{v:?}");
     }
 
     #[test]

@@ -265,7 +265,7 @@ impl Naming {
 /// As [`unknown_columns`].
 pub fn analyze_named(grammar: Grammar, sql: &str, parents: &BTreeMap<String, Vec<String>>, naming: Naming) -> Result<Analysis, SqlError> {
     let query = parse_in(grammar, sql)?;
-    let mut an = Analyzer::new(parents, naming);
+    let mut an = Analyzer::new(parents, naming, grammar);
     let out = an.query(&query, None);
     an.reads.add(&out.all_sources());
     let by_position = |mut found: Vec<ColumnProblem>| {
@@ -621,12 +621,16 @@ struct Analyzer {
     windows: Vec<Vec<NamedWindowDefinition>>,
     /// How messages name the relations.
     naming: Naming,
+    /// Whether `x.f(…)` may be DuckDB's dot call `f(x, …)` ([`Analyzer::receiver_source`]);
+    /// in Postgres's grammar it is only a function `f` of a schema `x`.
+    dot_calls: bool,
 }
 
 impl Analyzer {
-    fn new(parents: &BTreeMap<String, Vec<String>>, naming: Naming) -> Self {
+    fn new(parents: &BTreeMap<String, Vec<String>>, naming: Naming, grammar: Grammar) -> Self {
         Analyzer {
             naming,
+            dot_calls: grammar == Grammar::Embedded,
             parents: parents.iter().map(|(name, cols)| (lower(name), (name.clone(), cols.clone()))).collect(),
             problems: Vec::new(),
             ambiguous: Vec::new(),
@@ -1343,6 +1347,35 @@ impl Analyzer {
         self.unqualified_source(head, frame, lowered.len() == 1).unwrap_or_else(Src::uncertain)
     }
 
+    /// Where the receiver of a call whose name is qualified takes its values from: `lowered`
+    /// (lower-case) are the name parts before the function's. sqlparser reads DuckDB's dot call
+    /// `d.abs()` (`abs(d)`) as a call of a function `abs` in a schema `d`; DuckDB looks for such
+    /// a function first and, finding none, binds `d` as a column reference (`p.v.abs()`: a
+    /// relation's column or a struct's field), a select-list alias or a lambda parameter. So the
+    /// receiver is read as that reference wherever it may be one (uncertain where the scope holds
+    /// a relation whose columns are not known), and is no read only when nothing in scope can be
+    /// it: then the call is a schema's function (`main.f(x)`, a macro in a schema), or the
+    /// engine refuses the query. Never a problem of [`unknown_columns`]: a schema's name is fine.
+    fn receiver_source(&self, lowered: &[String], frame: &Frame<'_>, params: &[Vec<String>]) -> Option<Src> {
+        let head = lowered.first()?;
+        if params.iter().flatten().any(|p| p == head) {
+            return Some(Src::default());
+        }
+        // `q.col` where `q` names a relation (`schema.table.col` for a `schema.table` name).
+        let qualified = lowered.len() > 1
+            && frame.chain().any(|data| match data {
+                FrameData::Scope { rels, .. } => {
+                    rels.iter().any(|r| r.quals.iter().any(|q| lowered.starts_with(q) || (q.len() == 2 && lowered[1..].starts_with(q))))
+                }
+                _ => false,
+            });
+        if qualified {
+            return Some(self.source_of(lowered, frame, params));
+        }
+        // A column (any further parts are struct fields), an alias, a relation used as a row.
+        self.unqualified_source(head, frame, lowered.len() == 1)
+    }
+
     /// Where an unqualified name takes its values from, innermost scope first: a column of a
     /// relation in scope, a select-list alias, a lambda parameter, a relation used as a row.
     /// `None` when nothing in scope can be it.
@@ -1676,6 +1709,19 @@ impl Visitor for Walker<'_, '_> {
                 if fname == "columns" {
                     // DuckDB's `COLUMNS(…)`: columns chosen by a pattern or a lambda.
                     self.an.record(&Src::uncertain());
+                }
+                // DuckDB's dot call `d.abs()`, `p.v.abs()`: `abs(d)`, `abs(p.v)`.
+                if let Some((_, receiver)) = f.name.0.split_last()
+                    && !receiver.is_empty()
+                    && self.an.dot_calls
+                {
+                    let src = match receiver.iter().map(|p| p.as_ident().map(|i| lower(&i.value))).collect::<Option<Vec<String>>>() {
+                        Some(lowered) => self.an.receiver_source(&lowered, self.frame, &self.params),
+                        None => Some(Src::uncertain()),
+                    };
+                    if let Some(src) = src {
+                        self.an.record(&src);
+                    }
                 }
                 if let FunctionArguments::List(list) = &f.args {
                     for arg in &list.args {
@@ -2071,6 +2117,45 @@ mod tests {
         assert!(!l.complete && !l.reads_certain);
         let (_, l) = lineage("SELECT id FROM raw.orders");
         assert!(l.complete && l.reads_certain);
+    }
+
+    #[test]
+    fn a_dot_calls_receiver_is_read_like_the_column_it_names() {
+        // DuckDB's `x.f()` is `f(x)`; sqlparser reads a call of a function `f` in a schema `x`.
+        let (cols, l) = lineage(
+            "SELECT o.id, items.len() AS n, o.amount_cents.abs() AS a, items.list_sum().abs() AS s, \
+                    list_transform(items, x -> x * customer_id.abs()) AS t, items.list_transform(x -> x.abs()) AS u \
+             FROM raw.orders AS o WHERE ordered_at.year() > 2000",
+        );
+        assert_eq!(
+            cols,
+            [
+                "id <- raw.orders.id",
+                "n <- raw.orders.items",
+                "a <- raw.orders.amount_cents",
+                "s <- raw.orders.items",
+                "t <- raw.orders.customer_id, raw.orders.items",
+                "u <- raw.orders.items",
+            ]
+        );
+        assert!(l.reads_certain);
+        assert!(reads(&l).contains(&"raw.orders.ordered_at".to_string()), "a dot call in a filter is a read: {:?}", reads(&l));
+        // A select alias as the receiver reads what the alias reads.
+        let (_, l) = lineage("SELECT o.id, o.customer_id * 2 AS d FROM raw.orders AS o WHERE d.abs() > 30");
+        assert!(l.reads_certain);
+        assert_eq!(reads(&l), ["raw.orders.customer_id", "raw.orders.id"]);
+        // Nothing in scope can be `util`: a function in a schema `util`, no read, and no
+        // problem either.
+        assert_eq!(lineage("SELECT util.split(name) AS parts FROM raw.customers").0, ["parts <- raw.customers.name"]);
+        ok("SELECT util.split(name) AS parts, main.upper(region) AS r FROM raw.customers");
+        // A relation whose columns are not known may hold it: uncertain.
+        let (cols, l) = lineage("SELECT util.split(c.name) AS parts FROM raw.customers AS c, read_csv('x.csv') AS f");
+        assert_eq!(cols, ["parts <- raw.customers.name, ?"]);
+        assert!(!l.reads_certain);
+        // To Postgres `util.split(…)` is a function of a schema `util` only.
+        let sql = "SELECT util.split(c.name) AS parts FROM raw.customers AS c, somewhere AS f";
+        assert!(!column_lineage_in(Grammar::Embedded, sql, &parents()).unwrap().columns[0].certain);
+        assert!(column_lineage_in(Grammar::Postgres, sql, &parents()).unwrap().columns[0].certain);
     }
 
     #[test]

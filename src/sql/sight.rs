@@ -14,6 +14,14 @@
 //! dotted name reads (`info.city`). So the query's unqualified names, `USING` names and the
 //! first parts of dotted names that are no relation's are kept, and the parent's added names are
 //! checked against them.
+//!
+//! DuckDB's dot call `d.abs()` (`abs(d)`; `p.v.abs()`, `l.list_transform(x -> x * 2)`) is read by
+//! sqlparser as a call of a function `abs` in a schema `d`. DuckDB looks for that function first
+//! and, finding none, binds `d` as a column reference, so the name parts before the function's
+//! are kept as a reference like any other (`d` an unqualified name, `p` of `p.v` the first part
+//! of a dotted one): `WHERE d.abs() > 30` over a select alias `d` reads a parent's new column `d`
+//! instead. Where it was a schema's function after all, a parent adding a column of the schema's
+//! name only rebuilds the child for nothing.
 
 use sqlparser::ast::{
     Expr, FunctionArg, FunctionArgExpr, FunctionArguments, JoinConstraint, JoinOperator, Query, Select, SelectFlavor, SelectItem, TableFactor, TableWithJoins,
@@ -51,7 +59,7 @@ impl ColumnSight {
 pub fn column_sight(sql: &str, postgres: bool) -> ColumnSight {
     let parsed = if postgres { super::canon::parse_query_in(&sqlparser::dialect::PostgreSqlDialect {}, sql) } else { super::canon::parse_query(sql) };
     let Ok(query) = parsed else { return ColumnSight::Whole };
-    let mut v = Sight::default();
+    let mut v = Sight { dot_calls: !postgres, ..Sight::default() };
     let _ = query.visit(&mut v);
     if v.whole || v.names.iter().any(|n| v.relations.contains(n)) {
         return ColumnSight::Whole;
@@ -95,6 +103,9 @@ struct Sight {
     /// Relation names and aliases (lower case): an unqualified name equal to one may be a
     /// whole-row reference.
     relations: BTreeSet<String>,
+    /// Whether `x.f(…)` may be DuckDB's dot call `f(x, …)`; to Postgres it is only a function
+    /// `f` of a schema `x`, which no added column captures.
+    dot_calls: bool,
 }
 
 impl Sight {
@@ -171,6 +182,23 @@ impl Visitor for Sight {
                 if name == "columns" {
                     self.whole = true;
                 }
+                // A dot call `d.abs()` / `p.v.abs()`: the parts before the function's name are a
+                // column reference (or a schema's name, which no added column changes).
+                if let Some((_, receiver)) = f.name.0.split_last()
+                    && self.dot_calls
+                {
+                    let parts: Option<Vec<String>> = receiver.iter().map(|p| p.as_ident().map(|i| i.value.to_lowercase())).collect();
+                    match parts.as_deref() {
+                        None => self.whole = true,
+                        Some([]) => {}
+                        Some([one]) => {
+                            self.names.insert(one.clone());
+                        }
+                        Some([head, ..]) => {
+                            self.heads.insert(head.clone());
+                        }
+                    }
+                }
                 if let FunctionArguments::List(list) = &f.args {
                     for arg in &list.args {
                         let e = match arg {
@@ -242,5 +270,32 @@ mod tests {
             column_sight("SELECT a.id, info.city FROM s.a AS a JOIN raw.t AS t USING (k) WHERE a.x > 1", false),
             ColumnSight::Names(names(&["info", "k"]))
         );
+    }
+
+    #[test]
+    fn a_dot_calls_receiver_is_a_name_an_added_column_can_capture() {
+        // `d.abs()` is `abs(d)`: over a select alias `d`, a parent gaining a column `d` binds it
+        // instead (DuckDB binds a relation's column before a select alias).
+        let sight = column_sight("SELECT a.id, a.v * 2 AS d FROM m.p AS a WHERE d.abs() > 30", false);
+        assert_eq!(sight, ColumnSight::Names(names(&["d"])));
+        assert!(sight.sees(Some(&names(&["d"]))));
+        assert!(!sight.sees(Some(&names(&["e"]))));
+        // Unqualified receivers, in the select list, a chained call and a lambda's body.
+        for (sql, name) in [
+            ("SELECT a.id, s.len() AS n FROM m.p AS a", "s"),
+            ("SELECT a.id, l2.list_sum().abs() AS n FROM m.p AS a", "l2"),
+            ("SELECT a.id, list_transform(a.l, x -> x * k.abs()) AS n FROM m.p AS a", "k"),
+            ("SELECT a.id, a.l.list_transform(x -> x + w.abs()) AS n FROM m.p AS a", "w"),
+        ] {
+            assert!(column_sight(sql, false).sees(Some(&names(&[name]))), "{sql}");
+        }
+        // A qualified receiver `info.v.abs()`: a struct column `info`, unless `info` names a
+        // relation (`a.v.abs()` is the relation's column).
+        assert_eq!(column_sight("SELECT a.id, info.v.abs() AS n FROM m.p AS a", false), ColumnSight::Names(names(&["info"])));
+        assert_eq!(column_sight("SELECT a.id, a.v.abs() AS n FROM m.p AS a", false), ColumnSight::Names(BTreeSet::new()));
+        // A relation's name as the receiver is a whole-row reference.
+        assert_eq!(column_sight("SELECT a.to_json() AS j FROM m.p AS a", false), ColumnSight::Whole);
+        // To Postgres `s.f(x)` is a function of a schema `s` only.
+        assert_eq!(column_sight("SELECT a.id, s.f(a.v) AS n FROM m.p AS a", true), ColumnSight::Names(BTreeSet::new()));
     }
 }

@@ -831,6 +831,49 @@ fn readers_a_parents_new_column_reaches_without_a_star_are_rebuilt(engine: Engin
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// DuckDB's dot call `d.abs()` reads the name before the dot
+
+/// `m.p`, with its column `d` when `with_d`; `m.c` filters on its own select alias `d` through
+/// DuckDB's dot call `d.abs()` (`abs(d)`), `m.plain` reads `v` the same way.
+fn dot_call_models(with_d: bool) -> String {
+    let (schema, item) = if with_d { (r#", { "d", "bigint" }"#, ", CAST(0 AS BIGINT) AS d") } else { ("", "") };
+    format!(
+        r#"local p = define_model {{ name = "m.p", kind = kind.full(), schema = {{ {{ "id", "bigint" }}, {{ "v", "bigint" }}{schema} }},
+  query = "SELECT CAST(i AS BIGINT) AS id, CAST(CASE WHEN i = 1 THEN 10 ELSE -30 END AS BIGINT) AS v{item} FROM generate_series(1, 2) AS t(i)" }}
+define_model {{ name = "m.c", kind = kind.full(), schema = {{ {{ "id", "bigint" }}, {{ "d", "bigint" }} }},
+  query = "SELECT id, v * 2 AS d FROM " .. ref(p) .. " WHERE d.abs() > 30" }}
+define_model {{ name = "m.plain", kind = kind.full(), schema = {{ {{ "id", "bigint" }}, {{ "w", "bigint" }} }},
+  query = "SELECT id, v.abs() AS w FROM " .. ref(p) }}
+"#
+    )
+}
+
+/// `m.p` gains a column `d` (non-breaking). DuckDB binds the `d` of `m.c`'s `WHERE d.abs() > 30`
+/// to the parent's new column before `m.c`'s own select alias, so `m.c` returns other rows: it
+/// is rebuilt and serves what a fresh build serves (no row); `m.plain`, whose dot call reads
+/// `v`, keeps its table. DuckDB's syntax: not on Postgres.
+#[test]
+fn a_dot_call_on_a_name_a_parent_adds_reads_the_new_column_and_its_reader_is_rebuilt() {
+    let p = Project::new();
+    p.write("models/m.lua", &dot_call_models(false));
+    p.apply("dev");
+    assert_eq!(p.rows(&env_view("dev", "m.c")), strs(&[&["2", "-60"]]));
+    p.write("models/m.lua", &dot_call_models(true));
+    let plan = p.plan("dev");
+    assert_eq!(action(&plan, "m.p")["change"], "non-breaking", "{plan:#}");
+    assert_eq!(action(&plan, "m.c")["build"], Value::Bool(true), "{:#}", action(&plan, "m.c"));
+    assert_eq!(action(&plan, "m.plain")["build"], Value::Bool(false), "{:#}", action(&plan, "m.plain"));
+    p.apply("dev");
+    assert_eq!(p.rows(&env_view("dev", "m.c")), Rows::new(), "`d` is the parent's 0 now");
+    let fresh = Project::new();
+    fresh.write("models/m.lua", &dot_call_models(true));
+    fresh.apply("dev");
+    for m in ["m.p", "m.c", "m.plain"] {
+        assert_eq!(p.rows(&env_view("dev", m)), fresh.rows(&env_view("dev", m)), "{m} differs from a fresh build");
+    }
+}
+
 /// The served columns of `model` in `dev`.
 fn view_columns(p: &Project, model: &str) -> Vec<String> {
     columns_of(p, "dev", model)

@@ -459,3 +459,52 @@ fn column_impact_counts_statements_a_version_was_served_with_after_its_snapshot(
     let sums = |rel: &str, col: &str| p.query(&format!("SELECT CAST(day AS VARCHAR), CAST(sum({col}) AS VARCHAR) FROM {rel} GROUP BY day ORDER BY day"));
     assert_eq!(sums("dev__s.p", "cents"), sums("dev__s.c", "total"), "the child agrees with the parent");
 }
+
+/// `m.p`'s `s` is `'<prefix>' || id`; `m.len_s` reads it only through DuckDB's dot call
+/// `s.len()` (`len(s)`), `m.abs_v` reads `v` the same way.
+fn dot_call_models(prefix: &str) -> String {
+    format!(
+        r#"local p = define_model {{ name = "m.p", kind = kind.full(), schema = {{ {{ "id", "bigint" }}, {{ "v", "bigint" }}, {{ "s", "varchar" }} }},
+  query = "SELECT CAST(i AS BIGINT) AS id, CAST(i * -10 AS BIGINT) AS v, '{prefix}' || CAST(i AS VARCHAR) AS s FROM generate_series(1, 2) AS t(i)" }}
+define_model {{ name = "m.len_s", kind = kind.full(), schema = {{ {{ "id", "bigint" }}, {{ "n", "bigint" }} }},
+  query = "SELECT id, s.len() AS n FROM " .. ref(p) }}
+define_model {{ name = "m.abs_v", kind = kind.full(), schema = {{ {{ "id", "bigint" }}, {{ "a", "bigint" }} }},
+  query = "SELECT id, v.abs() AS a FROM " .. ref(p) }}
+"#
+    )
+}
+
+/// A dot call reads the column before its dot: lineage lists it, and a change of `m.p` confined
+/// to `s` rebuilds `m.len_s` (its lengths change) and keeps `m.abs_v`. DuckDB's syntax: not on
+/// Postgres.
+#[test]
+fn a_dot_call_reads_the_column_before_its_dot_for_lineage_and_column_impact() {
+    let p = Project::new();
+    p.write("models/m.lua", &dot_call_models("ab"));
+    p.apply("dev");
+    let v = p.run(&["lineage", "m.len_s.n", "--json"]).expect_code(0).json();
+    let mut lines = Vec::new();
+    flatten(&v["lineage"][0], &mut lines, 0);
+    assert_eq!(lines, ["m.len_s.n (full)", "  m.p.s (full)"], "{v:#}");
+    assert_eq!(v["lineage"][0]["certain"], true, "{v:#}");
+    let v = p.run(&["lineage", "m.abs_v.a", "--json"]).expect_code(0).json();
+    let mut lines = Vec::new();
+    flatten(&v["lineage"][0], &mut lines, 0);
+    assert_eq!(lines, ["m.abs_v.a (full)", "  m.p.v (full)"], "{v:#}");
+
+    p.write("models/m.lua", &dot_call_models("abcd"));
+    let plan = p.run(&["plan", "dev", "--json", "--explain"]).expect_code(0).json();
+    let action =
+        |name: &str| plan["actions"].as_array().unwrap().iter().find(|a| a["name"] == name).cloned().unwrap_or_else(|| panic!("no {name} in {plan:#}"));
+    assert_eq!(
+        action("m.p")["explain"]["columnImpact"],
+        serde_json::json!({"changed": ["s"], "readBy": ["m.len_s"], "notReadBy": ["m.abs_v"]}),
+        "{:#}",
+        action("m.p")
+    );
+    assert_eq!(action("m.len_s")["build"], true, "{:#}", action("m.len_s"));
+    assert_eq!(action("m.abs_v")["build"], false, "{:#}", action("m.abs_v"));
+    p.run(&["apply", "dev", "--yes"]).expect_code(0);
+    let want: Vec<Vec<Option<String>>> = vec![vec![Some("1".into()), Some("5".into())], vec![Some("2".into()), Some("5".into())]];
+    assert_eq!(p.rows("dev__m.len_s"), want, "`abcd1` is five characters");
+}
