@@ -137,7 +137,19 @@ pub fn attach(config: &crate::config::Config, engine: &mut dyn Engine, read_only
         sql.push_str(&format!(" ({})", options.join(", ")));
     }
     let what = if read_only { "ATTACH of the DuckLake catalog (read-only)" } else { "ATTACH of the DuckLake catalog" };
-    engine.execute_secret(what, &sql).map_err(|e| {
+    // A local catalog file another process reads (a `plan` or `status --check` of this project
+    // checking its data files: a read-only attach, held for a moment) refuses a read-write
+    // attach meanwhile: it is tried again for a few seconds before that is an error.
+    let waited = std::time::Instant::now();
+    let mut attached = engine.execute_secret(what, &sql);
+    while !read_only && attached.as_ref().is_err_and(|e| crate::engine::is_locked_file(&e.message)) && waited.elapsed() < ATTACH_LOCK_WAIT {
+        if waited.elapsed() < std::time::Duration::from_millis(50) {
+            tracing::debug!("the DuckLake catalog is held by another process's read: waiting for it to let go");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        attached = engine.execute_secret(what, &sql);
+    }
+    attached.map_err(|e| {
         // The password only where a connection string holds it (a word equal to it elsewhere in
         // the message, the database's name, stays as the engine wrote it).
         let secret = url.as_deref().and_then(|u| crate::pg::parse(u).ok()).and_then(|c| crate::pg::secret(&c)).filter(|p| !p.is_empty());
@@ -146,6 +158,10 @@ pub fn attach(config: &crate::config::Config, engine: &mut dyn Engine, read_only
     })?;
     Ok(true)
 }
+
+/// How long a read-write [`attach`] waits for another process's read of a local catalog file
+/// (a plan checking the data files) to let it go.
+const ATTACH_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The words of [`data_path_moved`]'s refusal that `status --check` looks for, to report it as a
 /// problem (the catalog cannot be attached as configured) rather than as a catalog it could not
@@ -800,13 +816,6 @@ pub(crate) fn tables(engine: &mut dyn Engine) -> Result<std::collections::HashSe
     Ok(rows.into_iter().filter_map(|r| r.into_iter().next().flatten()).map(|t| t.to_lowercase()).collect())
 }
 
-/// What the missing table of `stored` held that this apply or run relies on, `None` when it
-/// relies on nothing there: a time-range version with no done interval recorded (its table is
-/// created and every wanted interval computed, as for a new version), or a `full` version it
-/// rebuilds (`rebuilt`).
-///
-/// # Errors
-/// [`ApplyError::State`] when the ledger cannot be read.
 /// The environment whose `efmesh restate` recomputes the version `fp` of `model` that `env`
 /// serves: `prod` when it serves that version too (restating it from another environment is
 /// refused: it is `prod`'s data as well), else `env`.
@@ -815,6 +824,13 @@ fn restating_env<'e>(state: &dyn crate::state::StateStore, env: &'e str, model: 
     if prod_serves { crate::core::name::PROD } else { env }
 }
 
+/// What the missing table of `stored` held that this apply or run relies on, `None` when it
+/// relies on nothing there: a time-range version with no done interval recorded (its table is
+/// created and every wanted interval computed, as for a new version), or a `full` version it
+/// rebuilds (`rebuilt`).
+///
+/// # Errors
+/// [`ApplyError::State`] when the ledger cannot be read.
 fn relied_on(
     stored: &Stored<'_>,
     state: &dyn crate::state::StateStore,

@@ -492,7 +492,8 @@ pub fn refresh(project: &Project, model: &Model, physical: &str, state: &dyn Sta
 
 /// The columns the view of `physical` anchors (its typed empty relation, [`publish`]): `model`'s
 /// own (declared, in order), then each column another version stored there declares that
-/// `model` lacks, oldest version first, with the type that version's snapshot records. Versions
+/// `model` lacks, with the type the newest version declaring it records (a snapshot written by
+/// an apply that failed before serving it may declare an older type). Versions
 /// sharing a relation differ in their columns only by what forward-only versions added (a
 /// forward-only version never drops nor retypes one), so this is every column an environment
 /// served by the relation selects: re-listed from an older definition (an environment still
@@ -506,7 +507,7 @@ fn view_columns(model: &Model, physical: &str, state: &dyn StateStore) -> Result
     for fp in stored_versions(model, physical, state)? {
         others.extend(state.snapshot(&name, &fp)?);
     }
-    others.sort_by(|a, b| a.created_at.cmp(&b.created_at));
+    others.sort_by(|a, b| b.created_at.cmp(&a.created_at));
     for record in &others {
         for column in declared_columns(&record.metadata) {
             if !columns.iter().any(|c| c.name.eq_ignore_ascii_case(&column.name)) {
@@ -515,6 +516,33 @@ fn view_columns(model: &Model, physical: &str, state: &dyn StateStore) -> Result
         }
     }
     Ok(columns)
+}
+
+/// The columns a version of `model` stored in `physical` and served by some environment declares
+/// that `model` lacks (names, as declared): what a relation rebuilt from `model` alone would
+/// lose for that environment (a forward-only version adding columns).
+///
+/// # Errors
+/// The state store's reads.
+pub(crate) fn served_columns_lacking(model: &Model, physical: &str, state: &dyn StateStore) -> Result<Vec<String>, ApplyError> {
+    let name = model.name.to_string();
+    let mut served = BTreeSet::new();
+    for env in state.environments()? {
+        if let Some(fp) = state.env_pointers(&env)?.remove(&name) {
+            served.insert(fp);
+        }
+    }
+    let own = model.relation_columns();
+    let mut lacking: Vec<String> = Vec::new();
+    for fp in stored_versions(model, physical, state)?.into_iter().filter(|fp| served.contains(fp)) {
+        for column in state.snapshot(&name, &fp)?.map(|r| declared_columns(&r.metadata)).unwrap_or_default() {
+            let known = |n: &String| n.eq_ignore_ascii_case(&column.name);
+            if !own.iter().any(|o| known(&o.name)) && !lacking.iter().any(known) {
+                lacking.push(column.name);
+            }
+        }
+    }
+    Ok(lacking)
 }
 
 /// The columns a snapshot's metadata declares (`schema`: `[[name, type(, "exact")]…]`,

@@ -3118,6 +3118,27 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
             self.gate_reads(action, model, engine)?;
         }
         let intervals_before = self.report.intervals;
+        // A DuckLake table with missing data files is rebuilt anew (below), but not when another
+        // version stored in it declares a column this one lacks (a forward-only version another
+        // environment serves): built from this version, the table would lack the column that
+        // environment's view selects. Refused before anything of it changes.
+        if action.repair.as_ref().is_some_and(|r| !r.ducklake_files_missing.is_empty())
+            && !matches!(model.kind, Kind::Full)
+            && let Some(lost) = action.physical.as_deref()
+        {
+            let missing: Vec<String> = lake::served_columns_lacking(model, lost, state)?.iter().map(|c| format!("`{c}`")).collect();
+            if !missing.is_empty() {
+                return Err(ApplyError::Target {
+                    model: Some(model.name.clone()),
+                    interval: None,
+                    message: format!(
+                        "its DuckLake table {lost} lacks data files and is rebuilt anew, but another version stored in it (a forward-only version another environment serves) declares {} this version does not: built from this version, the table would lose {}\n  hint: apply the environment serving that version first (it rebuilds the table with every column), then this one",
+                        missing.join(", "),
+                        if missing.len() == 1 { "it" } else { "them" }
+                    ),
+                });
+            }
+        }
         if let (Some(repair), Some(t)) = (action.repair.as_ref().filter(|r| r.physical_missing), model.kind.time_range()) {
             // The relation holding these versions' intervals is gone: their ledger rows no
             // longer describe data. Marked failed (not done) before the rebuild, so a crash

@@ -179,6 +179,14 @@ pub struct Repair {
     pub ducklake_table: String,
 }
 
+/// The first three of `items`, comma-separated, then `and N more` when there are more: how a
+/// repair's line names the files or intervals it lists.
+fn first_three<T: std::fmt::Display>(items: &[T]) -> String {
+    let shown: Vec<String> = items.iter().take(3).map(ToString::to_string).collect();
+    let more = if items.len() > 3 { format!(" and {} more", items.len() - 3) } else { String::new() };
+    format!("{}{more}", shown.join(", "))
+}
+
 /// The `created_under` of a relation that records no project root.
 pub const UNKNOWN_ROOT: &str = "(unknown)";
 
@@ -281,13 +289,11 @@ impl Repair {
             if self.ducklake_files_missing.is_empty() {
                 out.push(format!("physical relation {physical} of `{}` is missing: `apply` rebuilds it{ledger}", action.name));
             } else {
-                let shown: Vec<&str> = self.ducklake_files_missing.iter().take(3).map(String::as_str).collect();
-                let more = if self.ducklake_files_missing.len() > 3 { format!(" and {} more", self.ducklake_files_missing.len() - 3) } else { String::new() };
                 out.push(format!(
-                    "DuckLake table {physical} of `{}` lacks {} data file(s) its catalog lists ({}{more}; moved or deleted outside efmesh: every query of it fails): `apply` rebuilds it{ledger}; to keep what it held instead, put the files back and plan again",
+                    "DuckLake table {physical} of `{}` lacks {} data file(s) its catalog lists ({}; moved or deleted outside efmesh: every query of it fails): `apply` rebuilds it{ledger}; to keep what it held instead, put the files back and plan again",
                     action.name,
                     self.ducklake_files_missing.len(),
-                    shown.join(", ")
+                    first_three(&self.ducklake_files_missing)
                 ));
             }
         }
@@ -316,13 +322,11 @@ impl Repair {
                 action.name
             ));
         } else if self.lake_files_missing && (!self.lost_files.is_empty() || self.forgotten.is_empty()) {
-            let shown: Vec<String> = self.lost_files.iter().take(3).map(ToString::to_string).collect();
-            let more = if self.lost_files.len() > 3 { format!(" and {} more", self.lost_files.len() - 3) } else { String::new() };
             out.push(format!(
-                "lake files of {} done interval(s) of `{}` are missing ({}{more}): `apply` marks them failed, re-creates {physical} over the done intervals' files and recomputes them",
+                "lake files of {} done interval(s) of `{}` are missing ({}): `apply` marks them failed, re-creates {physical} over the done intervals' files and recomputes them",
                 self.lost_files.len(),
                 action.name,
-                shown.join(", ")
+                first_three(&self.lost_files)
             ));
         }
         if self.lake_view_stale && (self.unlisted > 0 || self.listed_missing.is_empty()) {
@@ -337,13 +341,11 @@ impl Repair {
             ));
         }
         if self.lake_view_stale && !self.listed_missing.is_empty() {
-            let shown: Vec<&str> = self.listed_missing.iter().take(3).map(String::as_str).collect();
-            let more = if self.listed_missing.len() > 3 { format!(" and {} more", self.listed_missing.len() - 3) } else { String::new() };
             out.push(format!(
-                "lake view {physical} of `{}` lists {} file(s) no longer in the lake ({}{more}; deleted outside efmesh: every query of it fails): `apply` re-creates it over the ledger's done intervals and the kept files still there",
+                "lake view {physical} of `{}` lists {} file(s) no longer in the lake ({}; deleted outside efmesh: every query of it fails): `apply` re-creates it over the ledger's done intervals and the kept files still there",
                 action.name,
                 self.listed_missing.len(),
-                shown.join(", ")
+                first_three(&self.listed_missing)
             ));
         }
         if !self.lake_view_lacks.is_empty() {

@@ -1977,6 +1977,33 @@ fn mark_stale_builds(
     // date; the apply refreshes them when their parents' data changed since
     // (`work::decide`). Where the environment serves them already, that is `run`'s work.
     let keyed_switch = |a: &Action| matches!(a.kind, "incremental_by_unique_key" | "incremental_by_partition") && a.points_at_existing();
+    // A unique-key or partition version inheriting its older version's table (below a parent's
+    // non-breaking change) holds what that version's last refresh read: when a parent's new
+    // version computes intervals the older one lacked (or lacks ones it held), the apply
+    // refreshes it, as `run` would ([`generations::reuse_outgrown`]; a `full` child in that case
+    // gets a table of its own instead, as the plan decided).
+    let keyed_reuse: Vec<usize> = (0..plan.actions.len())
+        .filter(|&i| {
+            let a = &plan.actions[i];
+            matches!(a.kind, "incremental_by_unique_key" | "incremental_by_partition")
+                && a.change != Change::Removed
+                && !a.build
+                && !a.rebuild
+                && a.reused_from.is_some()
+                && only.is_none_or(|o| o.contains(&a.name))
+        })
+        .collect();
+    for i in keyed_reuse {
+        let Some(from) = plan.actions[i].reused_from.as_ref().map(|f| f.as_str().to_string()) else { continue };
+        let name = plan.actions[i].name.to_string();
+        let why = generations::reuse_outgrown(state, &name, &from, &|parent| built_intervals(project, state, &plan.actions, parent))?;
+        if why.is_empty() || work::refreshed(project, plan, state, &plan.actions[i])?.is_none() {
+            continue;
+        }
+        let a = &mut plan.actions[i];
+        a.rebuild = true;
+        a.rebuild_reason = Some(format!("its table holds what its last refresh read from older versions of its parents, and {}", why.join("; ")));
+    }
     let candidates: Vec<(ModelName, String)> = plan
         .actions
         .iter()

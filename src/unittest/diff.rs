@@ -102,7 +102,15 @@ pub fn unsigned_zeros(mut rows: Vec<TextRow>, numeric: &[bool]) -> Vec<TextRow> 
 pub fn show(v: &Option<String>) -> std::borrow::Cow<'_, str> {
     match v.as_deref() {
         None => "NULL".into(),
-        Some(t) if t.eq_ignore_ascii_case("null") || t.is_empty() || t.trim() != t || t.contains(char::is_control) => {
+        // Quoted too when it looks quoted already (`'a\nb'` as written, four characters and a
+        // backslash: told from the value holding a line break, shown `'a\nb'`).
+        Some(t)
+            if t.eq_ignore_ascii_case("null")
+                || t.is_empty()
+                || t.trim() != t
+                || t.contains(char::is_control)
+                || (t.len() >= 2 && t.starts_with('\'') && t.ends_with('\'')) =>
+        {
             let mut quoted = String::with_capacity(t.len() + 2);
             quoted.push('\'');
             for c in t.chars() {
@@ -187,6 +195,9 @@ mod tests {
         assert_eq!(s("esc\u{1b}"), "'esc\\u{1b}'");
         assert_eq!(s("c:\\d\ne"), "'c:\\\\d\\ne'");
         assert_eq!(s("c:\\d"), "c:\\d");
+        // Written as a quoted escape, it is quoted again: not the value with a line break.
+        assert_eq!(s("'a\\nb'"), "''a\\\\nb''");
+        assert_ne!(s("'a\\nb'"), s("a\nb"));
         let d = RowDiff { missing: vec![row(&[Some("1"), Some("two\nlines")])], unexpected: vec![row(&[Some("1"), Some("two lines")])], order: None };
         let text = render(&["id".into(), "note".into()], &d, "");
         assert_eq!(text, "   id  note\n-  1   'two\\nlines'\n+  1   two lines");

@@ -798,3 +798,66 @@ fn an_apply_whose_plan_missed_lost_ducklake_files_refuses_before_writing() {
     assert_eq!(rows(&p, &env_view("prod", "m.half")).len(), 11 * 48);
     p.run(&["status", "prod", "--check"]).expect_code(0);
 }
+
+/// A `plan` (or `status --check`) of the project reads the DuckLake catalog file read-only for a
+/// moment to check its data files; a `run` or `apply` attaching it read-write meanwhile waits for
+/// that read to let go instead of failing on the file's lock.
+#[test]
+fn a_write_waits_for_a_read_of_the_ducklake_catalog_to_let_go() {
+    use std::io::BufRead;
+    let mut p = files_project();
+    p.apply("prod");
+    p.now = "2026-01-12T00:00:00Z".into();
+    let catalog = p.root().join("catalog/lake.ducklake");
+    let reader = efmesh::engine::duckdb::DuckDb::open_read_only(&catalog, &efmesh::config::EngineSection::default()).expect("read the catalog");
+    let mut child = p.command(&["run", "prod", "--log-level", "debug"]).spawn().expect("spawn efmesh");
+    let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+    let (mut said, mut line) = (String::new(), String::new());
+    while stderr.read_line(&mut line).expect("read stderr") > 0 {
+        said.push_str(&line);
+        let waits = line.contains("held by another process's read: waiting");
+        line.clear();
+        if waits {
+            break;
+        }
+    }
+    drop(reader);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).expect("read stderr");
+    let out = child.wait_with_output().expect("wait");
+    assert!(said.contains("held by another process's read: waiting"), "the run met the reader's lock: {said}{rest}");
+    assert_eq!(out.status.code(), Some(0), "{said}{rest}");
+    assert_eq!(rows(&p, &env_view("prod", "m.half")).len(), 11 * 48, "the two new days written");
+}
+
+/// `prod` serves a forward-only version of a DuckLake time-range model that added a column to the
+/// table `dev`'s older version shares. With the table's data files lost, an apply of `dev` would
+/// rebuild the table from `dev`'s version alone, without the column `prod`'s view selects: it is
+/// refused before the table is dropped; `apply prod` rebuilds the table with it.
+#[test]
+fn a_lost_ducklake_table_is_not_rebuilt_without_a_column_another_environment_serves() {
+    let p = files_project();
+    p.apply("prod");
+    p.apply("dev");
+    let v1 = p.read("models/m.lua");
+    let v2 = v1.replace(
+        "{ \"n\", \"bigint\" } },\n  query = \"SELECT CAST(range AS TIMESTAMP) AS ts, CAST(epoch(range) / 1800 AS BIGINT) AS n FROM",
+        "{ \"n\", \"bigint\" }, { \"w\", \"bigint\" } },\n  query = \"SELECT CAST(range AS TIMESTAMP) AS ts, CAST(epoch(range) / 1800 AS BIGINT) AS n, 7 AS w FROM",
+    );
+    assert_ne!(v1, v2);
+    p.write("models/m.lua", &v2);
+    p.run(&["apply", "prod", "--yes", "--forward-only", "m.half"]).expect_code(0);
+    fs_err::rename(p.root().join("lake_data"), p.root().join("lake_data_moved")).expect("move the data path away");
+    p.write("models/m.lua", &v1);
+    let refused = p.run(&["apply", "dev", "--yes"]);
+    refused.expect_code(1);
+    // Refused as a table taken over by the version `prod` serves (or, were that not found, as a
+    // rebuild lacking `w`): nothing dropped.
+    assert!(refused.stderr.contains("`m.half`"), "{}", refused.stderr);
+    assert!(refused.stderr.contains("taken over by the newer version") || refused.stderr.contains("declares `w` this version does not"), "{}", refused.stderr);
+    assert!(catalog_tables(&p).iter().any(|t| t.starts_with("m__half__")), "the table is not dropped");
+    p.write("models/m.lua", &v2);
+    p.run(&["apply", "prod", "--yes"]).expect_code(0);
+    assert_eq!(rows(&p, &env_view("prod", "m.half")).len(), 9 * 48);
+    p.run(&["status", "prod", "--check"]).expect_code(0);
+}

@@ -432,3 +432,43 @@ fn forward_only_keeps_the_rows_earlier_refreshes_kept_and_adds_the_column(backen
     r.expect_code(1);
     assert!(r.stderr.contains("`--forward-only m.latest`: its kind changed"), "{}", r.stderr);
 }
+
+/// Below a parent's non-breaking change, a unique-key model inherits its older version's table,
+/// which holds what its last refresh read. When the parent's new version computes intervals the
+/// older one lacked, the apply refreshes the child, as `run` would: it served the total of the
+/// days its last refresh saw while `plan` said nothing was left to do.
+#[test]
+fn a_unique_key_child_of_a_parent_whose_new_version_computes_new_intervals_is_refreshed() {
+    let mut p = Project::new();
+    p.write("efmesh.toml", &p.config_with("").replace("models/**/*.lua", "models/**/*.sql"));
+    p.write("data/ev.csv", "event_at,region,amount\n2026-01-01 03:00:00,n,1\n2026-01-02 03:00:00,n,2\n2026-01-03 03:00:00,n,4\n");
+    p.write("models/raw.sql", "-- name: raw.ev\n-- kind: external(path = data/ev.csv)\n-- schema: event_at timestamp, region varchar, amount bigint\n");
+    let daily = |extra_col: &str, extra_item: &str| {
+        format!(
+            "-- name: m.daily\n-- kind: incremental_by_time_range(time_column = day, start = 2026-01-01)\n-- schema: day timestamp, region varchar, revenue bigint{extra_col}\n-- refs: raw.ev\n\
+             SELECT date_trunc('day', event_at)::TIMESTAMP AS day, region, CAST(sum(amount) AS BIGINT) AS revenue{extra_item}\n\
+             FROM @ref(raw.ev) WHERE event_at >= @start AND event_at < @end GROUP BY ALL\n"
+        )
+    };
+    p.write("models/daily.sql", &daily("", ""));
+    p.write(
+        "models/latest.sql",
+        "-- name: m.latest\n-- kind: incremental_by_unique_key(key = region)\n-- schema: region varchar, total bigint\n-- refs: m.daily\n\
+         SELECT region, CAST(sum(revenue) AS BIGINT) AS total FROM @ref(m.daily) GROUP BY region\n",
+    );
+    p.now = "2026-01-02T00:00:00Z".into();
+    p.apply("prod");
+    assert_eq!(p.rows(&env_view("prod", "m.latest")), rows(&[&["n", "1"]]));
+
+    p.write("models/daily.sql", &daily(", n bigint", ", count(*) AS n"));
+    p.now = "2026-01-03T00:00:00Z".into();
+    let plan = p.plan("prod");
+    assert_eq!(action(&plan, "m.daily")["change"], "non-breaking", "{plan:#}");
+    let text = p.run(&["plan", "prod"]);
+    text.expect_code(0);
+    assert!(text.stdout.contains("refresh, as `run` would") && text.stdout.contains("m.latest"), "{}", text.stdout);
+    p.apply("prod");
+    assert_eq!(p.rows(&env_view("prod", "m.latest")), rows(&[&["n", "3"]]), "the total of both days");
+    assert_eq!(p.plan("prod")["hasChanges"], false);
+    p.run(&["status", "prod", "--check"]).expect_code(0);
+}
