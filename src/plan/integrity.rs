@@ -880,17 +880,9 @@ pub fn check_skipping(
                 action.metadata = super::metadata(model);
             }
         }
-        if let (true, Some(t)) = (repair.physical_missing, model.kind.time_range()) {
+        if repair.physical_missing && model.kind.time_range().is_some() {
             // The table is gone, so are its intervals, whatever the ledger says.
-            let wanted = interval::wanted(t.start, t.end, t.grain, project.dag.due_at(&model.name, plan.now));
-            action.intervals = wanted.len();
-            action.backfill = interval::merge(&wanted);
-            // Every interval is computed: none is a done one recomputed.
-            action.recompute = None;
-            // Nor does the rebuilt table hold any done interval outside the bounds (their ledger
-            // rows are marked failed with the others, and never recomputed under these bounds).
-            action.outside_bounds = None;
-            repair.ledger_reset = sharing(state, &mut index, action)?;
+            repair.ledger_reset = rebuild_every_interval(project, state, &mut index, model, action, plan.now)?;
         }
         action.repair = Some(repair);
     }
@@ -938,15 +930,9 @@ pub fn ducklake_files_lost(
         if action.metadata.is_null() {
             action.metadata = super::metadata(model);
         }
-        if let Some(t) = model.kind.time_range() {
-            // The table is rebuilt: every wanted interval, none a done one recomputed, none done
-            // outside the bounds kept (as for a lost table, [`check`]).
-            let wanted = interval::wanted(t.start, t.end, t.grain, project.dag.due_at(&model.name, now));
-            action.intervals = wanted.len();
-            action.backfill = interval::merge(&wanted);
-            action.recompute = None;
-            action.outside_bounds = None;
-            repair.ledger_reset = sharing(state, &mut index, action)?;
+        if model.kind.time_range().is_some() {
+            // The table is rebuilt, as a lost one is ([`check`]).
+            repair.ledger_reset = rebuild_every_interval(project, state, &mut index, model, action, now)?;
         }
         action.repair = Some(repair);
         marked = true;
@@ -1168,6 +1154,32 @@ type SharingIndex = std::collections::HashMap<(String, String), Vec<String>>;
 
 /// The name of a full lake version's data file (as `apply::lake::FULL_FILE`).
 const LAKE_FULL_FILE: &str = "data.parquet";
+
+/// Makes `action` (of the time-range `model`) rebuild its table whole: every interval wanted at
+/// `now` backfilled, none counted as a done one recomputed, none done outside the bounds kept (the
+/// ledger rows of every version stored in the table are marked failed by the apply, and those
+/// outside the bounds are never recomputed under them). Returns those versions
+/// ([`Repair::ledger_reset`]).
+///
+/// # Errors
+/// [`PlanError::State`] when the snapshots sharing the table cannot be read.
+fn rebuild_every_interval(
+    project: &Project,
+    state: &dyn StateStore,
+    index: &mut Option<SharingIndex>,
+    model: &Model,
+    action: &mut Action,
+    now: interval::Millis,
+) -> Result<Vec<Fingerprint>, PlanError> {
+    if let Some(t) = model.kind.time_range() {
+        let wanted = interval::wanted(t.start, t.end, t.grain, project.dag.due_at(&model.name, now));
+        action.intervals = wanted.len();
+        action.backfill = interval::merge(&wanted);
+    }
+    action.recompute = None;
+    action.outside_bounds = None;
+    sharing(state, index, action)
+}
 
 /// The versions of `action`'s model stored in its physical relation (its own, the one it reuses,
 /// and every snapshot recording that relation).
