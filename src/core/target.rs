@@ -15,6 +15,7 @@
 //! target.
 
 use super::error::LoadError;
+use super::fragment::skip_literal_or_comment;
 use super::kind::Kind;
 use super::model::Model;
 use super::name::{ModelName, quote_ident};
@@ -288,29 +289,25 @@ pub fn lake_view_anchor_columns(sql: &str) -> Option<Vec<String>> {
     let start = lower.find("cast(null as ")?;
     let bytes = sql.as_bytes();
     let mut items: Vec<&str> = Vec::new();
-    let (mut depth, mut from, mut quote) = (0usize, start, None::<u8>);
-    let mut i = start;
+    let (mut depth, mut from, mut i) = (0usize, start, start);
     let limit_at = |i: usize| lower[i..].trim_start().strip_prefix("limit").is_some_and(|r| r.starts_with(char::is_whitespace));
     // Up to the `LIMIT` (or the parenthesis closing the relation), items split at commas
-    // outside parentheses and quotes (a type's `decimal(18, 3)`, an enum's labels).
+    // outside parentheses and quoted text (a type's `decimal(18, 3)`, an enum's labels).
     let end = loop {
-        let b = *bytes.get(i)?;
-        match quote {
-            // (A doubled quote closes and opens again: the same.)
-            Some(q) if b == q => quote = None,
-            Some(_) => {}
-            None => match b {
-                b'\'' | b'"' => quote = Some(b),
-                b'(' => depth += 1,
-                b')' if depth == 0 => break i,
-                b')' => depth -= 1,
-                b',' if depth == 0 => {
-                    items.push(&sql[from..i]);
-                    from = i + 1;
-                }
-                _ if depth == 0 && b.is_ascii_whitespace() && limit_at(i) => break i,
-                _ => {}
-            },
+        if let Some(next) = skip_literal_or_comment(bytes, i) {
+            i = next;
+            continue;
+        }
+        match *bytes.get(i)? {
+            b'(' => depth += 1,
+            b')' if depth == 0 => break i,
+            b')' => depth -= 1,
+            b',' if depth == 0 => {
+                items.push(&sql[from..i]);
+                from = i + 1;
+            }
+            b if depth == 0 && b.is_ascii_whitespace() && limit_at(i) => break i,
+            _ => {}
         }
         i += 1;
     };
@@ -321,31 +318,32 @@ pub fn lake_view_anchor_columns(sql: &str) -> Option<Vec<String>> {
 /// The column an item `CAST(NULL AS <type>) AS <column>` of a lake view's typed empty relation
 /// names, unquoted ([`lake_view_anchor_columns`]).
 fn anchor_alias(item: &str) -> Option<String> {
-    let (mut depth, mut quote) = (0usize, None::<u8>);
-    for (i, b) in item.bytes().enumerate() {
-        match quote {
-            Some(q) if b == q => quote = None,
-            Some(_) => {}
-            None => match b {
-                b'\'' | b'"' => quote = Some(b),
-                b'(' => depth += 1,
-                b')' => {
-                    depth = depth.checked_sub(1)?;
-                    if depth == 0 {
-                        let (keyword, name) = item[i + 1..].trim().split_once(char::is_whitespace)?;
-                        if !keyword.eq_ignore_ascii_case("as") {
-                            return None;
-                        }
-                        let name = name.trim();
-                        return Some(match name.strip_prefix('"').and_then(|n| n.strip_suffix('"')) {
-                            Some(quoted) => quoted.replace("\"\"", "\""),
-                            None => name.to_string(),
-                        });
-                    }
-                }
-                _ => {}
-            },
+    let bytes = item.as_bytes();
+    let (mut depth, mut i) = (0usize, 0);
+    while i < bytes.len() {
+        if let Some(next) = skip_literal_or_comment(bytes, i) {
+            i = next;
+            continue;
         }
+        match bytes[i] {
+            b'(' => depth += 1,
+            b')' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    let (keyword, name) = item[i + 1..].trim().split_once(char::is_whitespace)?;
+                    if !keyword.eq_ignore_ascii_case("as") {
+                        return None;
+                    }
+                    let name = name.trim();
+                    return Some(match name.strip_prefix('"').and_then(|n| n.strip_suffix('"')) {
+                        Some(quoted) => quoted.replace("\"\"", "\""),
+                        None => name.to_string(),
+                    });
+                }
+            }
+            _ => {}
+        }
+        i += 1;
     }
     None
 }

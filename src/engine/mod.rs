@@ -806,13 +806,7 @@ pub trait Engine {
             schema = quote_literal(DUCKLAKE_SCHEMA),
             names = names.join(", ")
         ))?;
-        Ok(rows
-            .into_iter()
-            .filter_map(|r| {
-                let mut r = r.into_iter();
-                Some((r.next().flatten()?, r.next().flatten()?))
-            })
-            .collect())
+        Ok(pairs(rows))
     }
 
     /// The store ids of the owner marker (SPEC §4, invariant 39 (d)) of this database's `_efmesh`
@@ -1059,14 +1053,18 @@ fn drop_legacy_uses(records: &[(String, String)]) -> Vec<String> {
 
 /// The rows of [`USES_TABLE`], which must exist.
 fn use_rows<E: Engine + ?Sized>(engine: &mut E) -> Result<Vec<(String, String)>, EngineError> {
-    Ok(engine
-        .query(&format!("SELECT store_id, key FROM {}", uses_table()))?
-        .into_iter()
+    Ok(pairs(engine.query(&format!("SELECT store_id, key FROM {}", uses_table()))?))
+}
+
+/// The rows of a two-column query whose columns are both non-NULL, as pairs (the others
+/// skipped).
+pub(crate) fn pairs(rows: Vec<Vec<Option<String>>>) -> Vec<(String, String)> {
+    rows.into_iter()
         .filter_map(|r| {
             let mut r = r.into_iter();
             Some((r.next().flatten()?, r.next().flatten()?))
         })
-        .collect())
+        .collect()
 }
 
 /// `(store id, key)` of a use record sequence's name, if it is one.

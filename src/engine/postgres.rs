@@ -798,14 +798,7 @@ impl Engine for Postgres {
         if !self.meta_exists()? {
             return Ok(Vec::new());
         }
-        let rows = self.rows(&format!("SELECT store_id, key FROM {}.uses", quote_ident(META_SCHEMA)))?;
-        Ok(rows
-            .into_iter()
-            .filter_map(|r| {
-                let mut r = r.into_iter();
-                Some((r.next().flatten()?, r.next().flatten()?))
-            })
-            .collect())
+        Ok(super::pairs(self.rows(&format!("SELECT store_id, key FROM {}.uses", quote_ident(META_SCHEMA)))?))
     }
 
     fn prepare_storage_uses(&mut self, _store: &str) -> Result<Vec<(String, String)>, EngineError> {
