@@ -1211,6 +1211,7 @@ fn execute_recorded(
                 during,
                 flights: HashMap::new(),
                 complete: HashMap::new(),
+                stored_in: None,
             };
             schedule::schedule(&mut builder, &deps, &parallel, engine, jobs)?;
             // Reported in the plan's (topological) order, whichever finished first.
@@ -2851,6 +2852,9 @@ struct Builder<'a, 'p> {
     /// Per time-range model asked about: the start of its first interval due and not done, once
     /// it is written ([`Builder::upstream_complete`]).
     complete: HashMap<ModelName, Option<interval::Millis>>,
+    /// The versions stored in each table, by `(model, physical relation)`: read once, when the
+    /// first time-range build is done ([`Builder::heal_sharers`]).
+    stored_in: Option<HashMap<(String, String), Vec<String>>>,
 }
 
 /// Time-range models of `work` writing into a table that exists before their batches (it held
@@ -3106,6 +3110,83 @@ impl Builder<'_, '_> {
         }
         Ok(out)
     }
+
+    /// After a time-range build of `action` recorded its last intervals in its table: the other
+    /// versions stored there take back what it recomputed ([`heal_stored_with`]). The versions
+    /// stored in each table are read once per apply or run, at the first build done here.
+    ///
+    /// # Errors
+    /// The state store's reads and writes.
+    fn heal_sharers(&mut self, action: &crate::plan::Action) -> Result<(), StateError> {
+        let Some(physical) = action.physical.as_deref().filter(|p| !p.is_empty()) else { return Ok(()) };
+        let state = self.state;
+        let (name, fp) = (action.name.to_string(), action.fingerprint.as_str());
+        if self.stored_in.is_none() {
+            let mut grouped: HashMap<(String, String), Vec<String>> = HashMap::new();
+            for ((n, f), (p, _)) in state.snapshot_index()? {
+                if !p.is_empty() {
+                    grouped.entry((n, p)).or_default().push(f);
+                }
+            }
+            self.stored_in = Some(grouped);
+        }
+        let mut others: BTreeSet<String> =
+            self.stored_in.as_ref().and_then(|s| s.get(&(name.clone(), physical.to_string()))).into_iter().flatten().cloned().collect();
+        // The versions a lost table's rebuild reset (read by the plan from the same snapshots).
+        others.extend(action.repair.iter().flat_map(|r| r.ledger_reset.iter()).map(|f| f.as_str().to_string()));
+        others.remove(fp);
+        for (other, healed) in heal_stored_with(state, &name, fp, &others)? {
+            let version = &other[..12.min(other.len())];
+            tracing::info!(model = %action.name, version, intervals = healed, "failed intervals of another version stored in the table done again: this build wrote them there");
+        }
+        Ok(())
+    }
+}
+
+/// After a build of the time-range version `fp` of `name` recorded its last intervals in its
+/// table: each version of `others` (stored in the same table) with the same query (its canonical
+/// body) whose ledger holds a failed interval `fp` now has done takes `fp`'s done intervals
+/// ([`StateStore::inherit_done`], as a version inheriting the table does), so the table holds
+/// what its ledger says again, and the environments serving it serve that. A lost table's rebuild
+/// marks the done intervals of every version stored there failed first
+/// ([`crate::plan::integrity::Repair::ledger_reset`]), and a version another environment serves
+/// there over other parents never computes in it ([`crate::plan::WriterHolds`]): without this its
+/// intervals stayed failed, and its environment unhealthy, for good. A version of another query
+/// is left as it is: the table holds this query's rows, which it recomputes when pointed at
+/// ([`crate::plan::recompute::taken_over`] compares the times each ledger records, which
+/// `inherit_done` would copy). A build that fails part way never gets here: those stay failed
+/// (its own too) until the build completing them. Called once the build's own records are
+/// written (their compare-and-set sees no other write); `inherit_done` moves the healed
+/// version's data generation alone (nothing is written into the table: the build's records
+/// moved every version stored there already). The janitor claims none of them meanwhile: the
+/// command's intents name the table. Returns each version healed with how many of its failed
+/// intervals are done again.
+///
+/// # Errors
+/// The state store's reads and writes.
+fn heal_stored_with(state: &dyn StateStore, name: &str, fp: &str, others: &BTreeSet<String>) -> Result<Vec<(String, usize)>, StateError> {
+    let mut out = Vec::new();
+    // This version's query and done intervals, read for the first version with a failed one.
+    let mut ours: Option<(Option<String>, BTreeSet<interval::Millis>)> = None;
+    for other in others.iter().filter(|o| o.as_str() != fp) {
+        if state.ledger_stats(name, other)?.failed == 0 {
+            continue;
+        }
+        if ours.is_none() {
+            let Some(own) = state.snapshot(name, fp)? else { return Ok(out) };
+            ours = Some((own.canonical, state.done_intervals(name, fp)?));
+        }
+        let Some((query, done)) = ours.as_ref() else { continue };
+        if state.snapshot(name, other)?.is_none_or(|theirs| theirs.canonical != *query) {
+            continue;
+        }
+        let healed = state.failed_intervals(name, other)?.iter().filter(|s| done.contains(*s)).count();
+        if healed > 0 {
+            state.inherit_done(name, fp, other, interval::now_millis())?;
+            out.push((other.clone(), healed));
+        }
+    }
+    Ok(out)
 }
 
 impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
@@ -3202,6 +3283,9 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
         }
         if model.target == crate::core::Target::Parquet {
             lake::build(project, model, action, self.exec, &snapshot, built_from.as_deref(), &sharers, state, engine, self.report)?;
+            if model.kind.time_range().is_some() && !action.backfill.is_empty() {
+                self.heal_sharers(action)?;
+            }
             if self.pending.contains(&version) {
                 state.clear_pending_rebuild(&version.0, &version.1)?;
             }
@@ -3364,6 +3448,11 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                 // any counts as a change.
                 state.end_data_write(&write, stats.changed > 0 || !model.statements.is_empty(), interval::now_millis())?;
                 state.record_reuse(&snapshot, &built_from, interval::now_millis())?;
+                // Its refresh, recorded as pending before anything was written, is done
+                // (a process stopped before this line refreshes it again: the same rows).
+                if self.pending.contains(&version) {
+                    state.clear_pending_rebuild(&version.0, &version.1)?;
+                }
                 self.built(action, model, started, 0)?;
                 Ok(None)
             }
@@ -3402,6 +3491,10 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                     state.put_snapshot(&snapshot)?;
                 }
                 state.end_data_write(&write, stats.closed + stats.opened > 0 || carry.is_some() || !model.statements.is_empty(), interval::now_millis())?;
+                // As an upsert's: its pending refresh is done.
+                if self.pending.contains(&version) {
+                    state.clear_pending_rebuild(&version.0, &version.1)?;
+                }
                 self.built(action, model, started, 0)?;
                 Ok(None)
             }
@@ -3480,6 +3573,7 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
             // the batches written: a pass only when what the table held before was covered.
             let scope = Some(crate::core::audit::AuditScope::Whole);
             record_pass(self.state, model, &flight.snapshot.fingerprint, scope, before.filter(|_| *clean && *covered), *writes)?;
+            self.heal_sharers(action)?;
         }
         self.built(action, model, flight.started, flight.intervals)
     }
@@ -3552,6 +3646,59 @@ mod tests {
         });
         let text = ApplyError::Several(vec![full]).to_string();
         assert!(text.contains("cannot record 30 interval(s) of `m.a` as done") && text.contains("caused by: database or disk is full"), "{text}");
+    }
+
+    /// A lost table rebuilt by version `a`: every version stored there had its done intervals
+    /// marked failed; once `a` recorded what it recomputed, `b` (the same query, failed where `a`
+    /// is done) takes `a`'s done intervals — those `a` did not recompute stay failed — and only
+    /// `b`'s data generation moves; `c`, with no failed interval, and `d`, another query (its
+    /// rows are not in the table), are left as they are.
+    #[test]
+    fn a_version_stored_in_a_rebuilt_table_takes_back_what_the_rebuild_recorded_and_nothing_else() {
+        let state = crate::state::SqliteStore::open_in_memory().unwrap();
+        let physical = format!("\"_efmesh\".\"t__child__{}\"", "a".repeat(64));
+        let snapshot = |fp: &str, query: &str| SnapshotRecord {
+            name: "t.child".into(),
+            fingerprint: fp.to_string(),
+            fingerprint_version: 1,
+            kind: "incremental_by_time_range".into(),
+            physical: physical.clone(),
+            canonical: Some(query.into()),
+            rendered_sql: "SELECT 1".into(),
+            metadata: json!({}),
+            created_at: "2026-01-01T00:00:00.000Z".into(),
+        };
+        let (a, b, c, d) = ("a".repeat(64), "b".repeat(64), "c".repeat(64), "d".repeat(64));
+        for fp in [&a, &b, &c] {
+            state.put_snapshot(&snapshot(fp, "SELECT 1")).unwrap();
+        }
+        state.put_snapshot(&snapshot(&d, "SELECT 2")).unwrap();
+        let day = 86_400_000;
+        let days = |from: i64, n: i64| (from..from + n).map(|k| Interval::new(k * day, (k + 1) * day)).collect::<Vec<_>>();
+        state.mark_intervals("t.child", &b, &days(0, 3), IntervalStatus::Failed, 0).unwrap();
+        state.mark_intervals("t.child", &d, &days(0, 3), IntervalStatus::Failed, 0).unwrap();
+        state.mark_intervals("t.child", &a, &days(2, 1), IntervalStatus::Failed, 0).unwrap();
+        state.mark_intervals("t.child", &a, &days(0, 2), IntervalStatus::Done, 0).unwrap();
+        state.mark_intervals("t.child", &c, &days(0, 1), IntervalStatus::Done, 0).unwrap();
+        let (a_before, c_before) = (data_generation(&state, "t.child", &a).unwrap(), data_generation(&state, "t.child", &c).unwrap());
+        let b_before = data_generation(&state, "t.child", &b).unwrap();
+        let others: BTreeSet<String> = [a.clone(), b.clone(), c.clone(), d.clone()].into_iter().collect();
+        let healed = heal_stored_with(&state, "t.child", &a, &others).unwrap();
+        assert_eq!(healed, vec![(b.clone(), 2)]);
+        let starts = |fp: &str, failed: bool| -> Vec<i64> {
+            let set = if failed { state.failed_intervals("t.child", fp) } else { state.done_intervals("t.child", fp) };
+            set.unwrap().into_iter().map(|s| s / day).collect()
+        };
+        assert_eq!((starts(&b, false), starts(&b, true)), (vec![0, 1], vec![2]), "what `a` did not recompute stays failed");
+        assert_eq!((starts(&c, false), starts(&c, true)), (vec![0], vec![]), "no failed interval: left as it is");
+        assert_eq!((starts(&d, false), starts(&d, true)), (vec![], vec![0, 1, 2]), "another query: left as it is");
+        assert_eq!(data_generation(&state, "t.child", &b).unwrap(), b_before + 1);
+        assert_eq!(
+            (data_generation(&state, "t.child", &a).unwrap(), data_generation(&state, "t.child", &c).unwrap()),
+            (a_before, c_before),
+            "nothing is written into the table"
+        );
+        assert!(heal_stored_with(&state, "t.child", &a, &others).unwrap().is_empty(), "healed once");
     }
 
     /// A build's done records hand the version's data generation on from one to the next; once

@@ -12,7 +12,9 @@
 //!
 //! `apply` fills a unique-key or SCD type 2 version once, when it builds it; an `apply` with
 //! nothing changed does nothing. Refreshing is `run`'s job — and `apply`'s when it computes new
-//! intervals of such a model's parent (its time-range children read it in the same apply).
+//! intervals of such a model's parent (its time-range children read it in the same apply), or
+//! when an earlier apply or run stopped after those intervals, before the refresh it recorded as
+//! pending ([`crate::plan::work::Work::rebuilds`]).
 //!
 //! Auto-restatement ([`auto_restate`]): when a run computes the newest due interval of a
 //! time-range model declaring `auto_restatement_intervals = N`, it also recomputes the N wanted

@@ -122,7 +122,7 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
             notes.push("build".into());
         }
         // (A keyed model's refresh is said by the plan's writes, `alsoWrites`.)
-        if a.rebuild && !matches!(a.kind, "incremental_by_unique_key" | "incremental_by_partition") {
+        if a.rebuild && !matches!(a.kind, "incremental_by_unique_key" | "incremental_by_partition" | "scd_type2") {
             notes.push(format!("rebuild: {}", a.rebuild_reason.as_deref().unwrap_or("an earlier apply or run stopped before rebuilding it")));
         }
         if a.register {

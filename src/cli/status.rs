@@ -2,7 +2,8 @@
 //! the last plan applied and by whom (the apply journal), per time-range model the newest done
 //! interval and the lag behind now (by grain), failed intervals, the last run ticks and the lock
 //! holder, per `full`/unique-key/partition/SCD type 2 model on a `cron` the tick it was last
-//! refreshed for and whether a refresh is due, the `full`/`view` rebuilds an interrupted apply or run left pending and the `full`
+//! refreshed for and whether a refresh is due, the `full`/`view` rebuilds and the
+//! unique-key/partition/SCD type 2 refreshes an interrupted apply or run left pending and the `full`
 //! versions whose parents' data changed since they were built (stale rebuilds). `--check`
 //! exits 1 when failed intervals exist, the newest tick errored, or the engine lacks a relation
 //! the environment serves (as the plan's integrity check finds it, and, for models whose project
@@ -356,7 +357,8 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
         }
     }
     let signals_error = waiting_on_signals(&project, &served.dag, &candidates, &mut lags);
-    // Rebuilds decided and not done (a process stopped in between): the next apply or run does them.
+    // Rebuilds and refreshes decided and not done (a process stopped in between): the next
+    // apply or run does them.
     let pending: Vec<crate::state::PendingRebuild> =
         state.pending_rebuilds()?.into_iter().filter(|p| pointers.get(&p.name).is_some_and(|fp| *fp == p.fingerprint)).collect();
     // `full` versions built from older data than their parents hold now, whichever environment
@@ -769,10 +771,21 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
         // Recorded before anything is written: what the record names may never have happened
         // (the command stopped first), so the reason says what that command was to do.
         for p in &pending {
-            text.push_str(&format!(
-                "  … {}  rebuild pending since {}: an apply or run decided it ({}) and stopped before rebuilding it; the next run or apply rebuilds it (outside prod, not while another environment shares its table)\n",
-                p.name, p.recorded_at, p.reason
-            ));
+            // A unique-key, partition or SCD type 2 version's record is a refresh left pending.
+            let refreshed = state
+                .snapshot(&p.name, &p.fingerprint)?
+                .is_some_and(|r| matches!(r.kind.as_str(), "incremental_by_unique_key" | "incremental_by_partition" | "scd_type2"));
+            if refreshed {
+                text.push_str(&format!(
+                    "  … {}  refresh pending since {}: an apply or run decided it ({}) and stopped before refreshing it; the next run or apply refreshes it (outside prod, not while another environment writes its table)\n",
+                    p.name, p.recorded_at, p.reason
+                ));
+            } else {
+                text.push_str(&format!(
+                    "  … {}  rebuild pending since {}: an apply or run decided it ({}) and stopped before rebuilding it; the next run or apply rebuilds it (outside prod, not while another environment shares its table)\n",
+                    p.name, p.recorded_at, p.reason
+                ));
+            }
         }
         for (n, _, reason) in &stale {
             text.push_str(&format!(

@@ -196,6 +196,9 @@ pub type Built = (String, BTreeSet<Millis>);
 /// when `from` was built (its generation moved since, or other intervals done), the inherited
 /// table lacks (or keeps) rows the new parent serves: one reason per such parent. Empty when
 /// `from` has no readable record (the apply's [`reuse_record`] then decides, after the builds).
+/// For a unique-key or partition table, `from` is the version whose refresh last wrote it and
+/// `built` gives every time-range parent's version the plan leads to, built or not (one another
+/// environment built: `plan::mark_stale_builds`).
 ///
 /// # Errors
 /// A state read fails.
@@ -232,6 +235,31 @@ pub fn reuse_outgrown(
         }
     }
     Ok(out)
+}
+
+/// The version of `name` whose refresh last wrote the unique-key or partition table `physical`:
+/// of the versions `index` stores there, the one whose refresh row was written last (one row per
+/// version, rewritten at each refresh: [`StateStore::record_refresh`]; equal times: the smallest
+/// fingerprint), for [`reuse_outgrown`] to read what that refresh read. A version inheriting the
+/// table writes no row until it refreshes it itself. `None` when no refresh of the table is
+/// recorded, or when the last one has no readable `built_from` (an efmesh older than those
+/// records): nothing is known of what it read.
+///
+/// # Errors
+/// A state read fails.
+pub fn last_refresh_on(state: &dyn StateStore, index: &SnapshotIndex, name: &str, physical: &str) -> Result<Option<String>, StateError> {
+    let mut on: Vec<&String> = index.iter().filter(|((n, _), (p, _))| n == name && !p.is_empty() && p == physical).map(|((_, f), _)| f).collect();
+    on.sort();
+    let mut last: Option<(Millis, &String)> = None;
+    for fp in on {
+        let Some(written) = state.done_ledger(name, fp)?.values().map(|(_, at)| *at).max() else { continue };
+        if last.is_none_or(|(at, _)| written > at) {
+            last = Some((written, fp));
+        }
+    }
+    let Some((_, fp)) = last else { return Ok(None) };
+    let key = (name.to_string(), fp.clone());
+    Ok(recorded_sources(&state.data_versions(std::slice::from_ref(&key))?, &key).map(|_| fp.clone()))
 }
 
 fn plural(n: usize) -> &'static str {
@@ -630,5 +658,36 @@ mod tests {
         assert_eq!(changed(&before, &[src("a.b", 1), other_version]), vec!["a.c".to_string()]);
         assert_eq!(changed(&before, &[src("a.b", 1)]), vec!["a.c".to_string()], "a parent gone counts");
         assert_eq!(changed("not json", &[src("a.b", 1)]), vec!["a.b".to_string()], "an unreadable record is stale");
+    }
+
+    #[test]
+    fn a_keyed_tables_last_refresh_is_the_version_whose_refresh_row_was_written_last() {
+        let store = crate::state::SqliteStore::open_in_memory().unwrap();
+        let physical = "\"_efmesh\".\"m__u__a\"";
+        let fp = |c: char| c.to_string().repeat(64);
+        let snapshot = |c: char| crate::state::SnapshotRecord {
+            name: "m.u".into(),
+            fingerprint: fp(c),
+            fingerprint_version: crate::sql::fingerprint::FINGERPRINT_VERSION,
+            kind: "incremental_by_unique_key".into(),
+            physical: physical.into(),
+            canonical: None,
+            rendered_sql: String::new(),
+            metadata: serde_json::json!({}),
+            created_at: crate::core::interval::to_iso(0),
+        };
+        let last = |on: &str| last_refresh_on(&store, &store.snapshot_index().unwrap(), "m.u", on).unwrap();
+        let read = built_from(&[src("m.d", 1)]);
+        // `a` refreshed the table and recorded what it read; `b` inherits it, unrefreshed.
+        store.record_reuse(&snapshot('a'), &read, 100).unwrap();
+        store.record_refresh("m.u", &fp('a'), 1_000, None, 100).unwrap();
+        store.put_snapshot(&snapshot('b')).unwrap();
+        assert_eq!(last(physical), Some(fp('a')));
+        assert_eq!(last("\"_efmesh\".\"m__u__c\""), None, "another table's refresh does not count");
+        // `b` refreshes it later without a record of what it read: nothing is known.
+        store.record_refresh("m.u", &fp('b'), 2_000, None, 200).unwrap();
+        assert_eq!(last(physical), None);
+        store.record_reuse(&snapshot('b'), &read, 200).unwrap();
+        assert_eq!(last(physical), Some(fp('b')));
     }
 }

@@ -12,7 +12,11 @@
 //!
 //! - a **physical relation missing** is rebuilt (`build`); a time-range version whose table is
 //!   gone has no done interval any more: every wanted interval is backfilled and apply marks
-//!   the ledger rows of every version stored in that relation failed before rebuilding it;
+//!   the ledger rows of every version stored in that relation failed before rebuilding it (and,
+//!   once the rebuild has recorded its last batch, gives each of them of the same query with a
+//!   failed interval the rebuilt version has done its done intervals: the table holds those rows
+//!   again, and another environment's version there may never compute itself, `apply`'s
+//!   `heal_stored_with`);
 //! - a **relation embedding project paths created under another project root** (a `view` over
 //!   project files, a parquet lake view; the root is recorded in the relation's comment,
 //!   [`crate::engine::root_comment`]) is re-created: a view is rebuilt, a lake view re-listed;
@@ -162,7 +166,12 @@ pub struct Repair {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lost_outside_bounds: Option<OutsideBounds>,
     /// Versions of the model stored in the lost relation, whose done intervals apply marks
-    /// failed before rebuilding it (time-range models).
+    /// failed before rebuilding it (time-range models). Once the rebuild has recorded its last
+    /// batch, each of them (the rebuilt version aside) of the same query with a failed interval
+    /// the rebuilt version has done takes that version's done intervals (`apply`'s
+    /// `heal_stored_with`): another environment's version over other parent tables never
+    /// computes in the table it shares, so its failed intervals would otherwise stay failed while
+    /// its view serves the rebuilt rows.
     #[serde(skip)]
     pub ledger_reset: Vec<Fingerprint>,
     /// With `physical_missing`: the version's DuckLake table is in its catalog, but these data
@@ -1158,7 +1167,8 @@ const LAKE_FULL_FILE: &str = "data.parquet";
 /// Makes `action` (of the time-range `model`) rebuild its table whole: every interval wanted at
 /// `now` backfilled, none counted as a done one recomputed, none done outside the bounds kept (the
 /// ledger rows of every version stored in the table are marked failed by the apply, and those
-/// outside the bounds are never recomputed under them). Returns those versions
+/// outside the bounds are never recomputed under them; the other versions of the same query take
+/// back what the rebuild recomputed once it is done). Returns those versions
 /// ([`Repair::ledger_reset`]).
 ///
 /// # Errors

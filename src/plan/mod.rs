@@ -588,15 +588,19 @@ pub struct Action {
     /// [`integrity::check`]; absent when the engine holds everything).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub repair: Option<integrity::Repair>,
-    /// `full`/`view` versions only: an earlier apply or run decided to rebuild this version
+    /// `full`/`view` versions: an earlier apply or run decided to rebuild this version
     /// (downstream of new intervals of a parent) and stopped before it did, so its relation may
-    /// be stale; apply and run rebuild it ([`crate::state::StateStore::pending_rebuilds`]).
+    /// be stale, or it was built from older data than its parents hold; apply and run rebuild it
+    /// ([`crate::state::StateStore::pending_rebuilds`]). Unique-key, partition and SCD type 2
+    /// versions: apply and run refresh it (its refresh is pending likewise, or, not SCD, it is
+    /// pointed at anew over changed parents).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub rebuild: bool,
-    /// Why `rebuild` is set: a pending rebuild's record, the parents whose data changed since
-    /// the version was built ([`generations`]), or a parent rebuilt by this plan. (On a
-    /// unique-key or partition version the environment points at anew: refreshed, as `run`
-    /// would, its parents' data having changed since its last refresh.)
+    /// Why `rebuild` is set: a pending rebuild's (or refresh's) record, the parents whose data
+    /// changed since the version was built ([`generations`]), or a parent rebuilt by this plan.
+    /// (On a unique-key or partition version the environment points at anew, or one inheriting
+    /// its older version's table: refreshed, as `run` would, its parents' data having changed
+    /// since its table's last refresh, `mark_stale_builds`.)
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rebuild_reason: Option<String>,
     /// The model's `owner` (a model property, metadata), for readers of `plan --json`.
@@ -1922,9 +1926,14 @@ fn shared_elsewhere(
 }
 
 /// Marks the `full`/`view` actions whose version has a pending rebuild (an earlier apply or run
-/// stopped between recording new intervals of a parent and rebuilding it), which makes the plan
-/// one with changes: apply and run rebuild them. With `only`, just the actions of those models
-/// are looked at (the others' marks are kept, [`MarkMemo`]).
+/// stopped between recording new intervals of a parent and rebuilding it), and the unique-key,
+/// partition and SCD type 2 actions whose version has a pending refresh (the same, before
+/// refreshing it), which makes the plan one with changes: apply and run rebuild or refresh them
+/// ([`work::decide`]). A `full`/`view` version whose table another environment's version shares
+/// is left to it ([`shared_elsewhere`]); a keyed version another environment writes
+/// ([`WriterHolds::Refreshes`]) is not marked either: it is never refreshed here, so a mark
+/// would make every plan of this environment one with changes that no apply does. With `only`,
+/// just the actions of those models are looked at (the others' marks are kept, [`MarkMemo`]).
 fn mark_pending_rebuilds(
     project: &Project,
     state: &dyn StateStore,
@@ -1941,7 +1950,7 @@ fn mark_pending_rebuilds(
         .actions
         .iter()
         .enumerate()
-        .filter(|(_, a)| a.change != Change::Removed && !a.build && matches!(a.kind, "full" | "view"))
+        .filter(|(_, a)| a.change != Change::Removed && !a.build && (matches!(a.kind, "full" | "view") || refreshed_kind(a.kind)))
         .filter(|(_, a)| only.is_none_or(|o| o.contains(&a.name)))
         .filter_map(|(i, a)| pending.get(&(a.name.to_string().as_str(), a.fingerprint.as_str())).map(|r| (i, r.to_string())))
         .collect();
@@ -1949,7 +1958,14 @@ fn mark_pending_rebuilds(
         return Ok(());
     }
     for (i, reason) in wanted {
-        if !shared_elsewhere(project, state, plan, &plan.actions[i], shared)? {
+        let a = &plan.actions[i];
+        if refreshed_kind(a.kind) {
+            if !matches!(a.writer_holds, WriterHolds::Refreshes { .. }) {
+                let a = &mut plan.actions[i];
+                a.rebuild = true;
+                a.rebuild_reason = Some(format!("pending: an earlier apply or run stopped before refreshing it ({reason})"));
+            }
+        } else if !shared_elsewhere(project, state, plan, a, shared)? {
             let a = &mut plan.actions[i];
             a.rebuild = true;
             a.rebuild_reason = Some(format!("pending: an earlier apply or run stopped before rebuilding it ({reason})"));
@@ -1957,6 +1973,12 @@ fn mark_pending_rebuilds(
     }
     plan.has_changes = plan.actions.iter().any(Action::has_work);
     Ok(())
+}
+
+/// True for the kinds (by [`crate::core::Kind::tag`]) `run` refreshes: unique-key, partition,
+/// SCD type 2 ([`crate::core::Kind::is_refreshed`]).
+fn refreshed_kind(kind: &str) -> bool {
+    matches!(kind, "incremental_by_unique_key" | "incremental_by_partition" | "scd_type2")
 }
 
 /// Marks the `full` actions (not built by the plan) whose recorded build read other data than
@@ -1977,11 +1999,15 @@ fn mark_stale_builds(
     // date; the apply refreshes them when their parents' data changed since
     // (`work::decide`). Where the environment serves them already, that is `run`'s work.
     let keyed_switch = |a: &Action| matches!(a.kind, "incremental_by_unique_key" | "incremental_by_partition") && a.points_at_existing();
-    // A unique-key or partition version inheriting its older version's table (below a parent's
-    // non-breaking change) holds what that version's last refresh read: when a parent's new
-    // version computes intervals the older one lacked (or lacks ones it held), the apply
-    // refreshes it, as `run` would ([`generations::reuse_outgrown`]; a `full` child in that case
-    // gets a table of its own instead, as the plan decided).
+    // A unique-key or partition version whose table holds what another version's refresh read:
+    // one inheriting its older version's table (below a parent's non-breaking change), or one the
+    // environment points at anew that never refreshed that table itself (it inherited it for
+    // another environment, which left its refresh to the table's writer: `dev` applied the
+    // change first, `prod` points at its version now). When a parent's version the plan leads to,
+    // built here or not, computes intervals the version that refresh read lacked (or lacks ones
+    // it held), the apply refreshes it, as `run` would ([`generations::reuse_outgrown`]; a `full`
+    // child in that case gets a table of its own instead, as the plan decided). A version pointed
+    // at anew with a refresh of its own recorded is `generations::stale`'s, below.
     let keyed_reuse: Vec<usize> = (0..plan.actions.len())
         .filter(|&i| {
             let a = &plan.actions[i];
@@ -1989,20 +2015,49 @@ fn mark_stale_builds(
                 && a.change != Change::Removed
                 && !a.build
                 && !a.rebuild
-                && a.reused_from.is_some()
+                && (a.reused_from.is_some() || a.points_at_existing())
+                && a.physical.as_deref().is_some_and(|p| !p.is_empty())
                 && only.is_none_or(|o| o.contains(&a.name))
         })
         .collect();
+    let pointed: Vec<(String, String)> = keyed_reuse
+        .iter()
+        .map(|&i| &plan.actions[i])
+        .filter(|a| a.reused_from.is_none())
+        .map(|a| (a.name.to_string(), a.fingerprint.as_str().to_string()))
+        .collect();
+    let own_records = if pointed.is_empty() { HashMap::new() } else { state.data_versions(&pointed)? };
+    let mut index: Option<crate::state::SnapshotIndex> = None;
     for i in keyed_reuse {
-        let Some(from) = plan.actions[i].reused_from.as_ref().map(|f| f.as_str().to_string()) else { continue };
-        let name = plan.actions[i].name.to_string();
-        let why = generations::reuse_outgrown(state, &name, &from, &|parent| built_intervals(project, state, &plan.actions, parent))?;
+        let a = &plan.actions[i];
+        let name = a.name.to_string();
+        let (from, inherited) = match &a.reused_from {
+            Some(from) => (from.as_str().to_string(), true),
+            None => {
+                if own_records.get(&(name.clone(), a.fingerprint.as_str().to_string())).is_some_and(|d| d.built_from.is_some()) {
+                    continue;
+                }
+                let physical = a.physical.clone().unwrap_or_default();
+                if index.is_none() {
+                    index = Some(state.snapshot_index()?);
+                }
+                match generations::last_refresh_on(state, index.as_ref().expect("read above"), &name, &physical)? {
+                    Some(from) => (from, false),
+                    None => continue,
+                }
+            }
+        };
+        let why = generations::reuse_outgrown(state, &name, &from, &|parent| served_intervals(project, state, &plan.actions, parent))?;
         if why.is_empty() || work::refreshed(project, plan, state, &plan.actions[i])?.is_none() {
             continue;
         }
         let a = &mut plan.actions[i];
         a.rebuild = true;
-        a.rebuild_reason = Some(format!("its table holds what its last refresh read from older versions of its parents, and {}", why.join("; ")));
+        a.rebuild_reason = Some(if inherited {
+            format!("the table it inherits holds what its older version's last refresh read, while {}", why.join("; "))
+        } else {
+            format!("its table holds what the last refresh of it (by version `{}`) read, while {}", Fingerprint::from(from).short(), why.join("; "))
+        });
     }
     let candidates: Vec<(ModelName, String)> = plan
         .actions
@@ -3131,13 +3186,41 @@ fn full_table_read_elsewhere(
 /// own ledger and its backfill); `None` for any other action. `actions` holds the actions decided
 /// so far, by DAG position.
 fn built_intervals(project: &Project, state: &dyn StateStore, actions: &[Action], parent: &str) -> Result<Option<generations::Built>, StateError> {
+    parent_intervals(project, state, actions, parent, true)
+}
+
+/// For [`generations::reuse_outgrown`] over a unique-key or partition table: the version of the
+/// time-range model `parent` (by name) this plan leads to, built by it or not (a version another
+/// environment built, pointed at here), with its done interval starts once the plan is applied:
+/// its own ledger, the one it inherits (indirect reuse, forward-only: copied by the apply), what
+/// the writer of a shared table did there (its view serves it), and its backfill. `None` for any
+/// other model.
+fn served_intervals(project: &Project, state: &dyn StateStore, actions: &[Action], parent: &str) -> Result<Option<generations::Built>, StateError> {
+    parent_intervals(project, state, actions, parent, false)
+}
+
+/// [`built_intervals`] (`built_only`) or [`served_intervals`].
+fn parent_intervals(
+    project: &Project,
+    state: &dyn StateStore,
+    actions: &[Action],
+    parent: &str,
+    built_only: bool,
+) -> Result<Option<generations::Built>, StateError> {
     let Ok(name) = ModelName::parse(parent) else { return Ok(None) };
     let Some(action) = project.dag.position(&name).and_then(|i| actions.get(i)).filter(|a| a.name == name) else { return Ok(None) };
     let Some(t) = project.dag.get(&name).and_then(|m| m.kind.time_range()) else { return Ok(None) };
-    if !action.build {
+    if action.change == Change::Removed || (built_only && !action.build) {
         return Ok(None);
     }
     let mut done = state.done_intervals(parent, action.fingerprint.as_str())?;
+    // (A version the plan builds has a table of its own: it inherits nothing.)
+    if !action.build {
+        if let Some(from) = &action.reused_from {
+            done.extend(state.done_intervals(parent, from.as_str())?);
+        }
+        done.extend(action.writer_holds.writer_done().into_iter().flatten().copied());
+    }
     done.extend(interval::batches(&action.backfill, t.grain, 1).into_iter().map(|i| i.start));
     Ok(Some((action.fingerprint.as_str().to_string(), done)))
 }

@@ -2,6 +2,8 @@
 //! and the state store alone, so `plan` can list it and `apply` does exactly that: `full` and
 //! `view` versions rebuilt downstream of new data (SPEC §4 invariant 36), unique-key, partition
 //! and SCD type 2 models refreshed as `run` would (the decision "Refreshing is `run`'s job").
+//! Both are recorded as pending before anything is written when a parent has new data here
+//! ([`Work::rebuilds`]), so a command stopped before them leaves them to the next one.
 
 use super::{Action, Change, Plan};
 use crate::core::Kind;
@@ -30,10 +32,12 @@ pub struct Work<'p> {
     /// Every action written: built, registered, backfilled, rebuilt or refreshed.
     pub work: Vec<&'p Action>,
     /// `(name, fingerprint, reason)` of the `full`/`view` versions rebuilt because they are
-    /// downstream of new data (or were marked): recorded as pending before anything is written.
-    /// The reason stays true of a command that stopped before the parent's new data was
-    /// written (`downstream of t.daily, whose new intervals that command was to compute`):
-    /// `status` shows it while the record stays.
+    /// downstream of new data (or were marked), and of the unique-key, partition and SCD type 2
+    /// versions refreshed here because a parent has new data here (or whose refresh an earlier
+    /// command left pending): recorded as pending before anything is written, cleared as each
+    /// is rebuilt or refreshed. The reason stays true of a command that stopped before the
+    /// parent's new data was written (`downstream of t.daily, whose new intervals that command
+    /// was to compute`): `status` shows it while the record stays.
     pub rebuilds: Vec<(String, String, String)>,
     /// The writes beyond the plan's builds and backfills: rebuilds downstream and refreshes.
     pub refreshes: Vec<Refresh>,
@@ -65,10 +69,25 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
     // change that environment's data. `prod` rebuilds its own.
     let mut touched: BTreeSet<&ModelName> = BTreeSet::new();
     let mut shared: Option<BTreeSet<(String, String)>> = None;
-    // The `full`/`view` versions rebuilt because they are downstream of new data: recorded as
-    // pending before anything is written, cleared one by one as they are rebuilt, so a process
-    // stopped in between leaves a record the next apply or run acts on (SPEC §4).
+    // The `full`/`view` versions rebuilt because they are downstream of new data, and the
+    // unique-key, partition and SCD type 2 versions refreshed because a parent has new data
+    // here: recorded as pending before anything is written, cleared one by one as they are
+    // rebuilt or refreshed, so a process stopped in between leaves a record the next apply or
+    // run acts on (SPEC §4 invariant 36 (d)).
     let mut rebuilds: Vec<(String, String, String)> = Vec::new();
+    // The pending records, read once when a unique-key, partition or SCD type 2 version is
+    // marked or built: a refresh an earlier command recorded and did not do is done here (the
+    // plan marked it, `plan::mark_pending_rebuilds`), and a build of such a version (a lost
+    // table) ends its record too.
+    let keyed_pending: BTreeSet<(String, String)> = if plan
+        .actions
+        .iter()
+        .any(|a| a.change != Change::Removed && (a.rebuild || a.build) && project.dag.get(&a.name).is_some_and(|m| m.kind.is_refreshed()))
+    {
+        state.pending_rebuilds()?.into_iter().map(|p| (p.name, p.fingerprint)).collect()
+    } else {
+        BTreeSet::new()
+    };
     let mut work: Vec<&'p Action> = Vec::new();
     let mut refreshes: Vec<Refresh> = Vec::new();
     let mut left_shared: Vec<ModelName> = Vec::new();
@@ -179,10 +198,7 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
         let mut rebuild_note = None;
         if downstream {
             let (said, recorded) = match (&cause, ticked) {
-                (Some(p), _) if project.dag.get(p).is_some_and(|m| m.kind.time_range().is_some()) => {
-                    (format!("downstream of new intervals of {p}"), format!("downstream of {p}, whose new intervals that command was to compute"))
-                }
-                (Some(p), _) => (format!("downstream of the refresh of {p}"), format!("downstream of {p}, which that command was to refresh")),
+                (Some(p), _) => cause_reason(project, p),
                 (None, Some(t)) if !a.rebuild => {
                     let r = format!("its cron `{}` ticked at {}", model.and_then(|m| m.cron.as_deref()).unwrap_or_default(), interval::to_iso(t));
                     (r.clone(), r)
@@ -200,17 +216,20 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
         // compute their new intervals from, and record done, in this very apply).
         // (A unique-key or partition version pointed at anew whose parents' data changed since
         // its last refresh: `plan::mark_stale_builds`.)
-        let stale_switch = a.rebuild && matches!(model.map(|m| &m.kind), Some(Kind::IncrementalByUniqueKey(_) | Kind::IncrementalByPartition(_)));
-        let when = match !a.build
-            && !a.register
-            && a.backfill.is_empty()
-            && !downstream
-            && (refresh || cause.is_some() || feeding.contains(&a.name) || stale_switch)
-        {
+        let keyed = model.is_some_and(|m| m.kind.is_refreshed());
+        let version = (a.name.to_string(), a.fingerprint.as_str().to_string());
+        // A refresh an earlier apply or run recorded as pending and did not do (it stopped after
+        // a parent's new data was written, or before): done now, whatever its schedule says, as
+        // that command would have done it (`plan::mark_pending_rebuilds` marked it only where
+        // this environment writes the table).
+        let pending_refresh = keyed && a.rebuild && keyed_pending.contains(&version);
+        let stale_switch = keyed && a.rebuild && !pending_refresh;
+        let refreshable = !a.build && !a.register && a.backfill.is_empty() && !downstream;
+        let when = match refreshable && (refresh || cause.is_some() || feeding.contains(&a.name) || stale_switch || pending_refresh) {
             true => refreshed(project, plan, state, a)?,
             false => None,
         };
-        let mut refreshed_here = when.is_some();
+        let mut refreshed_here = when.is_some() || (refreshable && pending_refresh);
         // Outside `prod`, a table that keeps what it recorded (a history, upserted rows,
         // partitions) that another environment writes (`prod`, else the one serving the oldest
         // version there) through another version over other parent tables: a refresh here would
@@ -233,10 +252,16 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
                 ),
             );
         }
-        if refreshed_here {
+        if refreshed_here && pending_refresh {
+            let why = a.rebuild_reason.as_deref().unwrap_or("pending: an earlier apply or run stopped before refreshing it");
+            refreshes.push(Refresh { model: a.name.clone(), note: format!("refresh: {why}") });
+        } else if refreshed_here {
             let why = match &cause {
                 Some(p) => format!("`{p}` has new data here"),
                 None if refresh => "`run` refreshes it".to_string(),
+                // A version inheriting its older version's table was not pointed at: its reason
+                // says what it inherits (`plan::mark_stale_builds`).
+                None if stale_switch && a.reused_from.is_some() => a.rebuild_reason.clone().unwrap_or_default(),
                 None if stale_switch => {
                     format!("pointed at here, {}", a.rebuild_reason.as_deref().unwrap_or("its parents' data changed since its last refresh"))
                 }
@@ -244,6 +269,22 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
             };
             let when = when.unwrap_or_default();
             refreshes.push(Refresh { model: a.name.clone(), note: format!("refresh, as `run` would: {why} and {when}") });
+        }
+        // Recorded as pending before anything is written, as a rebuild downstream is: a command
+        // stopped after the parent's new data and before this refresh would otherwise leave the
+        // table behind its parents while the next plan finds nothing to do (the parent done, no
+        // new data here any more). A refresh already pending keeps its first record; one decided
+        // by the schedule alone (`run`'s every refresh) stays due by that schedule and is not
+        // recorded. A build of a version with a pending record (a lost table rebuilt) ends it too.
+        if keyed && (refreshed_here || a.build) {
+            let reason = match &cause {
+                Some(p) if refreshed_here => Some(cause_reason(project, p).1),
+                _ if keyed_pending.contains(&version) => Some("an earlier apply or run stopped before refreshing it".to_string()),
+                _ => None,
+            };
+            if let Some(reason) = reason {
+                rebuilds.push((version.0, version.1, reason));
+            }
         }
         // A marked rebuild is in the plan already.
         if downstream && !a.rebuild {
@@ -262,6 +303,17 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
         }
     }
     Ok(Work { work, rebuilds, refreshes, shared, left_shared, left_to_writer })
+}
+
+/// What a rebuild or refresh downstream of `parent` says: the plan's note, and the pending
+/// record's reason (recorded before the parent's new data is written, it says what the command
+/// was to do, never that it happened).
+fn cause_reason(project: &Project, parent: &ModelName) -> (String, String) {
+    if project.dag.get(parent).is_some_and(|m| m.kind.time_range().is_some()) {
+        (format!("downstream of new intervals of {parent}"), format!("downstream of {parent}, whose new intervals that command was to compute"))
+    } else {
+        (format!("downstream of the refresh of {parent}"), format!("downstream of {parent}, which that command was to refresh"))
+    }
 }
 
 /// Records that `model` is left to another environment (`note` says what and why): a line of the

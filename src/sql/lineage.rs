@@ -13,12 +13,18 @@
 //!   alias), CTEs (their output names, `*` expanded), subqueries (their output names), joins with
 //!   `ON`, `USING` (each named column must exist on both sides) and `NATURAL`, nested joins,
 //!   positional column aliases (`AS t(a, b)`), implicit lateral subqueries (DuckDB lets a
-//!   subquery in `FROM` see the items to its left).
+//!   subquery in `FROM` see the items to its left), `PIVOT` and `UNPIVOT` (their output open,
+//!   every column of the relation they turn read: a `PIVOT` groups by each column it does not
+//!   name, an `UNPIVOT` drops NULL values, so any of them changes which rows come out).
 //! - References: unqualified `col`, qualified `alias.col`, `table.col`, `schema.table.col`,
 //!   struct field access on any of them (`t.s.field`, `s['key']`, `s.a[1].b`), a relation used as
 //!   a row value (`SELECT t FROM t`), select-list aliases anywhere in their `SELECT` (DuckDB allows
 //!   them in `WHERE`, `GROUP BY`, `HAVING`, `QUALIFY`, `ORDER BY` and later select items),
-//!   lambda parameters (`x -> x + 1`, `lambda x: x + 1`), correlated references to outer scopes,
+//!   lambda parameters (`x -> x + 1`, `lambda x: x + 1`), correlated references to outer scopes
+//!   (in DuckDB's grammar a dotted `z.k` is a struct column `z` of a subquery's own relations
+//!   before an outer relation `z`), keyword functions written without parentheses that a relation
+//!   has a column of that name for (`current_date`), the `a` of `count_if(a = 1)` (a comparison
+//!   DuckDB reads, which sqlparser reads as an argument named `a`),
 //!   window specifications and named windows, `*`, `t.*` and their `EXCLUDE`, `REPLACE` and
 //!   `RENAME` options, `GROUP BY ALL`, `ORDER BY ALL`, set operations (`UNION [BY NAME]`, …),
 //!   recursive CTEs.
@@ -44,10 +50,10 @@
 use super::canon::{self, SqlError};
 use crate::core::error::did_you_mean;
 use sqlparser::ast::{
-    AccessExpr, Distinct, ExceptSelectItem, ExcludeSelectItem, Expr, FunctionArg, FunctionArgExpr, FunctionArguments, GroupByExpr, Ident, JoinConstraint,
-    JoinOperator, NamedWindowDefinition, NamedWindowExpr, ObjectName, ObjectNamePart, OrderByKind, Query, RenameSelectItem, Select, SelectFlavor, SelectItem,
-    SelectItemQualifiedWildcardKind, SetExpr, SetOperator, SetQuantifier, TableAlias, TableAliasColumnDef, TableFactor, TableWithJoins, Visit, Visitor,
-    WildcardAdditionalOptions, WindowSpec, WindowType,
+    AccessExpr, Distinct, ExceptSelectItem, ExcludeSelectItem, Expr, FunctionArg, FunctionArgExpr, FunctionArgOperator, FunctionArguments, GroupByExpr, Ident,
+    JoinConstraint, JoinOperator, NamedWindowDefinition, NamedWindowExpr, ObjectName, ObjectNamePart, OrderByKind, Query, RenameSelectItem, Select,
+    SelectFlavor, SelectItem, SelectItemQualifiedWildcardKind, SetExpr, SetOperator, SetQuantifier, TableAlias, TableAliasColumnDef, TableFactor,
+    TableWithJoins, Visit, Visitor, WildcardAdditionalOptions, WindowSpec, WindowType,
 };
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::ops::ControlFlow;
@@ -321,7 +327,8 @@ fn parse(sql: &str) -> Result<Query, SqlError> {
     canon::parse_query(sql).map(|q| *q).map_err(|_| fail())
 }
 
-/// Names DuckDB resolves without any relation: pseudo-columns and keyword functions.
+/// Names DuckDB resolves without any relation: pseudo-columns and keyword functions. A column of
+/// that name of the query's own relations comes first ([`Analyzer::unqualified_source`]).
 const PSEUDO_COLUMNS: &[&str] = &[
     "rowid",
     "current_date",
@@ -624,6 +631,9 @@ struct Analyzer {
     /// Whether `x.f(…)` may be DuckDB's dot call `f(x, …)` ([`Analyzer::receiver_source`]);
     /// in Postgres's grammar it is only a function `f` of a schema `x`.
     dot_calls: bool,
+    /// The grammar the query is read in: DuckDB's and Postgres's bind some names differently
+    /// ([`Analyzer::source_of`], [`Analyzer::unqualified_source`]).
+    grammar: Grammar,
 }
 
 impl Analyzer {
@@ -631,6 +641,7 @@ impl Analyzer {
         Analyzer {
             naming,
             dot_calls: grammar == Grammar::Embedded,
+            grammar,
             parents: parents.iter().map(|(name, cols)| (lower(name), (name.clone(), cols.clone()))).collect(),
             problems: Vec::new(),
             ambiguous: Vec::new(),
@@ -1075,8 +1086,34 @@ impl Analyzer {
                     Some(a) => renamed(Rel::new(Vec::new(), true, Some(a), star(&inner), Origin::Subquery), Some(a)),
                 }
             }
-            // PIVOT, UNPIVOT, JSON_TABLE, MATCH_RECOGNIZE…: not resolved, open.
-            other => Rel::new(Vec::new(), false, table_factor_alias(other), Cols::open(), Origin::Other),
+            // A `PIVOT` groups by every column it does not name, an `UNPIVOT` drops the rows whose
+            // value is NULL: every column of the relation turned decides which rows come out
+            // (`SELECT count(*) FROM p PIVOT (…)` reads all of `p`). Its own expressions are not
+            // resolved (the names of an `IN` list are values, not columns); a subquery among them
+            // leaves the reads uncertain. Its output is open.
+            TableFactor::Pivot { table, aggregate_functions, value_column, value_source, default_on_null, alias } => {
+                for rel in self.factor(table, left, up) {
+                    self.reads.add(&rel.cols.all_sources());
+                }
+                if holds_query(aggregate_functions) || holds_query(value_column) || holds_query(value_source) || holds_query(default_on_null) {
+                    self.reads.uncertain = true;
+                }
+                Rel::new(Vec::new(), false, alias.as_ref(), Cols::open(), Origin::Other)
+            }
+            TableFactor::Unpivot { table, value, columns, alias, .. } => {
+                for rel in self.factor(table, left, up) {
+                    self.reads.add(&rel.cols.all_sources());
+                }
+                if holds_query(value) || holds_query(columns) {
+                    self.reads.uncertain = true;
+                }
+                Rel::new(Vec::new(), false, alias.as_ref(), Cols::open(), Origin::Other)
+            }
+            // JSON_TABLE, MATCH_RECOGNIZE…: not resolved, open, and what they read is not known.
+            other => {
+                self.reads.uncertain = true;
+                Rel::new(Vec::new(), false, table_factor_alias(other), Cols::open(), Origin::Other)
+            }
         };
         vec![rel]
     }
@@ -1312,39 +1349,76 @@ impl Analyzer {
     }
 
     /// Where a reference (lower-case parts as written) takes its values from.
+    ///
+    /// A dotted one `z.k` is read scope by scope from the innermost in DuckDB's grammar: a
+    /// relation `z` of the scope, else a column `z` of one of its relations (a struct, `k` its
+    /// field) or a select-list alias `z`, before any outer scope. DuckDB binds `z.k` in a
+    /// correlated subquery to its own relation's struct column `z` before the outer query's
+    /// relation `z`. In Postgres's grammar a relation `z` of any scope comes first (a composite
+    /// column's field is written `(z).k`).
     fn source_of(&self, lowered: &[String], frame: &Frame<'_>, params: &[Vec<String>]) -> Src {
         let head = lowered[0].as_str();
         if params.iter().flatten().any(|p| p == head) {
             return Src::default();
         }
-        if lowered.len() > 1 {
+        if lowered.len() == 1 {
+            return self.unqualified_source(head, frame, true).unwrap_or_else(Src::uncertain);
+        }
+        if self.grammar == Grammar::Postgres {
             for data in frame.chain() {
-                let FrameData::Scope { rels, .. } = data else { continue };
-                for rel in rels.iter() {
-                    for q in &rel.quals {
-                        let offset = if lowered.starts_with(q) {
-                            0
-                        } else if q.len() == 2 && lowered[1..].starts_with(q) {
-                            1
-                        } else {
-                            continue;
-                        };
-                        let Some(col) = lowered.get(offset + q.len()) else { return rel.cols.all_sources() };
-                        if let Some(c) = rel.cols.get(col) {
-                            return c.src.clone();
-                        }
-                        // Not a known column of that relation: maybe one it does not list, or
-                        // a struct column `head` of another relation.
-                        let mut src = Src::uncertain();
-                        if let Some(other) = self.unqualified_source(head, frame, false) {
-                            src.add(&other);
-                        }
+                if let FrameData::Scope { rels, .. } = data
+                    && let Some(src) = self.qualified_in(lowered, rels, frame)
+                {
+                    return src;
+                }
+            }
+            return self.unqualified_source(head, frame, false).unwrap_or_else(Src::uncertain);
+        }
+        for data in frame.chain() {
+            match data {
+                FrameData::Params(ps) if ps.iter().any(|p| p == head) => return Src::default(),
+                FrameData::Scope { rels, aliases } => {
+                    if let Some(src) = self.qualified_in(lowered, rels, frame) {
+                        return src;
+                    }
+                    if let Some(src) = self.in_scope(head, rels, aliases, false) {
                         return src;
                     }
                 }
+                FrameData::Params(_) | FrameData::Ctes(_) => {}
             }
         }
-        self.unqualified_source(head, frame, lowered.len() == 1).unwrap_or_else(Src::uncertain)
+        Src::uncertain()
+    }
+
+    /// Where the dotted reference `lowered` (lower case, two parts or more) takes its values from
+    /// when its first parts name a relation of `rels` (`q.col…`, or `catalog.schema.table.col…`
+    /// for a `schema.table` name): that relation's column (the whole row when nothing follows the
+    /// name). Uncertain when the relation lists no such column (it may have one it does not
+    /// list, or the first part may be a struct column of another relation). `None` when no
+    /// relation of `rels` is named so.
+    fn qualified_in(&self, lowered: &[String], rels: &[Rel], frame: &Frame<'_>) -> Option<Src> {
+        for rel in rels {
+            for q in &rel.quals {
+                let offset = if lowered.starts_with(q) {
+                    0
+                } else if q.len() == 2 && lowered[1..].starts_with(q) {
+                    1
+                } else {
+                    continue;
+                };
+                let Some(col) = lowered.get(offset + q.len()) else { return Some(rel.cols.all_sources()) };
+                if let Some(c) = rel.cols.get(col) {
+                    return Some(c.src.clone());
+                }
+                let mut src = Src::uncertain();
+                if let Some(other) = self.unqualified_source(&lowered[0], frame, false) {
+                    src.add(&other);
+                }
+                return Some(src);
+            }
+        }
+        None
     }
 
     /// Where the receiver of a call whose name is qualified takes its values from: `lowered`
@@ -1379,38 +1453,56 @@ impl Analyzer {
     /// Where an unqualified name takes its values from, innermost scope first: a column of a
     /// relation in scope, a select-list alias, a lambda parameter, a relation used as a row.
     /// `None` when nothing in scope can be it.
+    ///
+    /// A pseudo-column's or keyword function's name ([`PSEUDO_COLUMNS`]: `rowid`,
+    /// `current_date`, `user`…) reads nothing unless a relation has a column of that name: in
+    /// DuckDB's grammar one of the innermost scope (or its select-list alias; DuckDB binds
+    /// `current_date` to them, and to the function otherwise, never to an outer query's column);
+    /// in Postgres's, where such a name reaching here was quoted, one of any scope.
     fn unqualified_source(&self, name: &str, frame: &Frame<'_>, row_value: bool) -> Option<Src> {
-        if PSEUDO_COLUMNS.contains(&name) {
-            return Some(Src::default());
-        }
+        let pseudo = PSEUDO_COLUMNS.contains(&name);
         for data in frame.chain() {
             match data {
                 FrameData::Params(ps) if ps.iter().any(|p| p == name) => return Some(Src::default()),
                 FrameData::Scope { rels, aliases } => {
-                    let hits: Vec<&Col> = rels.iter().filter_map(|r| r.cols.get(name)).collect();
-                    if !hits.is_empty() {
-                        // Several hits: the two sides of `USING` (merged), or a query the
-                        // engine refuses as ambiguous.
-                        let mut src = Src::default();
-                        for c in hits {
-                            src.add(&c.src);
-                        }
+                    if let Some(src) = self.in_scope(name, rels, aliases, row_value) {
                         return Some(src);
                     }
-                    if aliases.iter().any(|a| lower(a) == name) {
-                        let key = aliases.as_ptr() as usize;
-                        let known = self.alias_srcs.iter().rev().find(|(k, _)| *k == key).and_then(|(_, list)| list.iter().find(|(a, _)| a == name));
-                        return Some(known.map_or_else(Src::uncertain, |(_, src)| src.clone()));
-                    }
-                    if row_value && let Some(r) = rels.iter().find(|r| r.quals.iter().any(|q| q.len() == 1 && q[0] == name)) {
-                        return Some(r.cols.all_sources());
-                    }
-                    if rels.iter().any(|r| r.cols.is_open()) {
-                        return Some(Src::uncertain());
+                    if pseudo && self.grammar == Grammar::Embedded {
+                        return Some(Src::default());
                     }
                 }
                 FrameData::Params(_) | FrameData::Ctes(_) => {}
             }
+        }
+        pseudo.then(Src::default)
+    }
+
+    /// Where the unqualified `name` (lower case) takes its values from in one `FROM` scope: a
+    /// column of its relations, a select-list alias of its `SELECT`, a relation used as a row
+    /// (with `row_value`); uncertain when a relation whose columns are not all known may have
+    /// it. `None` when nothing of this scope can be it.
+    fn in_scope(&self, name: &str, rels: &[Rel], aliases: &[String], row_value: bool) -> Option<Src> {
+        let hits: Vec<&Col> = rels.iter().filter_map(|r| r.cols.get(name)).collect();
+        if !hits.is_empty() {
+            // Several hits: the two sides of `USING` (merged), or a query the engine refuses as
+            // ambiguous.
+            let mut src = Src::default();
+            for c in hits {
+                src.add(&c.src);
+            }
+            return Some(src);
+        }
+        if aliases.iter().any(|a| lower(a) == name) {
+            let key = aliases.as_ptr() as usize;
+            let known = self.alias_srcs.iter().rev().find(|(k, _)| *k == key).and_then(|(_, list)| list.iter().find(|(a, _)| a == name));
+            return Some(known.map_or_else(Src::uncertain, |(_, src)| src.clone()));
+        }
+        if row_value && let Some(r) = rels.iter().find(|r| r.quals.iter().any(|q| q.len() == 1 && q[0] == name)) {
+            return Some(r.cols.all_sources());
+        }
+        if rels.iter().any(|r| r.cols.is_open()) {
+            return Some(Src::uncertain());
         }
         None
     }
@@ -1603,6 +1695,19 @@ fn output_name(e: &Expr, rels: &[Rel]) -> Option<String> {
     }
 }
 
+/// Whether `node` holds a query (a subquery anywhere in it).
+fn holds_query<V: Visit + ?Sized>(node: &V) -> bool {
+    struct Finder;
+    impl Visitor for Finder {
+        type Break = ();
+
+        fn pre_visit_query(&mut self, _: &Query) -> ControlFlow<()> {
+            ControlFlow::Break(())
+        }
+    }
+    node.visit(&mut Finder).is_break()
+}
+
 fn addr<T>(x: &T) -> usize {
     std::ptr::from_ref(x) as usize
 }
@@ -1710,6 +1815,20 @@ impl Visitor for Walker<'_, '_> {
                     // DuckDB's `COLUMNS(…)`: columns chosen by a pattern or a lambda.
                     self.an.record(&Src::uncertain());
                 }
+                // A keyword function without parentheses (`current_date`, `localtime`): DuckDB
+                // binds a column of that name of the query's own relations first
+                // ([`Analyzer::unqualified_source`]); to Postgres the unquoted keyword is the
+                // function.
+                if self.an.grammar == Grammar::Embedded
+                    && matches!(f.args, FunctionArguments::None)
+                    && let [ObjectNamePart::Identifier(id)] = f.name.0.as_slice()
+                {
+                    if PSEUDO_COLUMNS.contains(&fname.as_str()) {
+                        self.an.reference(&[id], self.frame, &self.params);
+                    } else if let Some(src) = self.an.unqualified_source(&fname, self.frame, false) {
+                        self.an.record(&src);
+                    }
+                }
                 // DuckDB's dot call `d.abs()`, `p.v.abs()`: `abs(d)`, `abs(p.v)`.
                 if let Some((_, receiver)) = f.name.0.split_last()
                     && !receiver.is_empty()
@@ -1725,8 +1844,17 @@ impl Visitor for Walker<'_, '_> {
                 }
                 if let FunctionArguments::List(list) = &f.args {
                     for arg in &list.args {
-                        if let FunctionArg::ExprNamed { name, .. } = arg {
-                            self.ignore.insert(addr(name));
+                        match arg {
+                            // `count_if(a = 1)`, `if(a = 7, b, 0)`: sqlparser's argument named `a`
+                            // with the value `1`, DuckDB's comparison of a column `a` (a scalar
+                            // function's named parameters are `name := value`).
+                            FunctionArg::Named { name, operator: FunctionArgOperator::Equals, .. } => self.an.reference(&[name], self.frame, &self.params),
+                            // A parameter's name (`name := value`, `name => value`); a name written
+                            // `name = value` is walked as the expression it is.
+                            FunctionArg::ExprNamed { name, operator, .. } if !matches!(operator, FunctionArgOperator::Equals) => {
+                                self.ignore.insert(addr(name));
+                            }
+                            _ => {}
                         }
                         let wildcard = match arg {
                             FunctionArg::Unnamed(a) | FunctionArg::Named { arg: a, .. } | FunctionArg::ExprNamed { arg: a, .. } => Some(a),
@@ -1816,7 +1944,12 @@ mod tests {
 
     /// Each output column as `name <- parent.col, …` (`?` when uncertain).
     fn lineage(sql: &str) -> (Vec<String>, QueryLineage) {
-        let l = column_lineage_in(Grammar::Embedded, sql, &parents()).unwrap_or_else(|e| panic!("{e}\n{sql}"));
+        lineage_over(Grammar::Embedded, sql, &parents())
+    }
+
+    /// [`lineage`] of `sql` read in `grammar` over `parents`.
+    fn lineage_over(grammar: Grammar, sql: &str, parents: &BTreeMap<String, Vec<String>>) -> (Vec<String>, QueryLineage) {
+        let l = column_lineage_in(grammar, sql, parents).unwrap_or_else(|e| panic!("{e}\n{sql}"));
         let cols = l
             .columns
             .iter()
@@ -2496,6 +2629,97 @@ mod tests {
     fn unparsable_sql_is_an_error() {
         assert!(unknown_columns("SELEC 1", &parents()).is_err());
         assert!(unknown_columns("DELETE FROM raw.orders", &parents()).is_err());
+    }
+
+    /// Parents from `(name, "column column …")` pairs.
+    fn declared(list: &[(&str, &str)]) -> BTreeMap<String, Vec<String>> {
+        list.iter().map(|(name, cols)| (name.to_string(), cols.split_whitespace().map(str::to_string).collect())).collect()
+    }
+
+    #[test]
+    fn a_pivot_or_an_unpivot_reads_every_column_of_the_relation_it_turns() {
+        let parents = declared(&[("m.p", "k v s"), ("m.q", "k")]);
+        // `count(*)` names no column, but the `PIVOT` groups by `s` (every column it does not
+        // name) and the `UNPIVOT` drops the rows whose `v` is NULL: `s` or `v` changed, the
+        // count changes.
+        for sql in [
+            "SELECT count(*) AS n FROM m.p PIVOT (sum(v) FOR k IN ('a', 'b'))",
+            "SELECT count(*) AS n FROM m.p UNPIVOT (val FOR nm IN (v))",
+            "SELECT count(*) AS n FROM (SELECT k, v, s FROM m.p) AS t PIVOT (sum(v) FOR k IN ('a', 'b')) AS x",
+        ] {
+            let (cols, l) = lineage_over(Grammar::Embedded, sql, &parents);
+            assert_eq!(cols, ["n <- "], "{sql}");
+            assert_eq!(reads(&l), ["m.p.k", "m.p.s", "m.p.v"], "{sql}");
+            assert!(l.reads_certain, "{sql}");
+        }
+        // Its output's columns are not known: what reads them is uncertain.
+        assert_eq!(lineage_over(Grammar::Embedded, "SELECT a FROM m.p PIVOT (sum(v) FOR k IN ('a', 'b'))", &parents).0, ["a <- ?"]);
+        // A subquery among its values may read anything.
+        let (_, l) = lineage_over(Grammar::Embedded, "SELECT count(*) AS n FROM m.p PIVOT (sum(v) FOR k IN (SELECT k FROM m.q))", &parents);
+        assert!(!l.reads_certain);
+        // The names of an `IN` list are values, not columns: no problem.
+        assert_eq!(unknown_columns("SELECT count(*) AS n FROM m.p PIVOT (sum(v) FOR k IN (a, b))", &parents).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn a_dotted_name_in_a_subquery_reads_its_own_relations_struct_column_before_an_outer_relation() {
+        let parents = declared(&[("m.p", "id k z"), ("src.z", "k zone")]);
+        // DuckDB binds the subquery's `z.k` to the field `k` of `m.p`'s struct column `z`, not
+        // to the outer relation `z`'s column `k`.
+        let sql = "SELECT z.k, (SELECT max(p.id) FROM m.p AS p WHERE p.k = z.k) AS m FROM src.z AS z";
+        let (cols, l) = lineage_over(Grammar::Embedded, sql, &parents);
+        assert_eq!(cols, ["k <- src.z.k", "m <- m.p.id"]);
+        assert_eq!(reads(&l), ["m.p.id", "m.p.k", "m.p.z", "src.z.k"]);
+        let (_, l) = lineage_over(Grammar::Embedded, "SELECT z.k, z.zone FROM src.z AS z WHERE EXISTS (SELECT 1 FROM m.p AS p WHERE p.k = z.k)", &parents);
+        assert!(reads(&l).contains(&"m.p.z".to_string()), "{:?}", reads(&l));
+        // Within one scope the relation comes first.
+        let (cols, l) = lineage_over(Grammar::Embedded, "SELECT z.k FROM src.z AS z, m.p AS p WHERE p.id > 0", &parents);
+        assert_eq!(cols, ["k <- src.z.k"]);
+        assert_eq!(reads(&l), ["m.p.id", "src.z.k"]);
+        // Postgres reads `z.k` as the relation's column (a composite column's field is `(z).k`).
+        assert_eq!(reads(&lineage_over(Grammar::Postgres, sql, &parents).1), ["m.p.id", "m.p.k", "src.z.k"]);
+    }
+
+    #[test]
+    fn a_keyword_function_without_parentheses_reads_a_column_of_its_name_in_its_own_scope() {
+        let parents = declared(&[("m.p", "id current_date user"), ("m.q", "id")]);
+        // DuckDB binds `current_date` (sqlparser's call without parentheses) and `user` (an
+        // identifier to sqlparser) to the relation's column of that name.
+        let (cols, l) = lineage_over(Grammar::Embedded, "SELECT id, current_date AS d, user AS u, localtime AS t FROM m.p", &parents);
+        assert_eq!(cols, ["id <- m.p.id", "d <- m.p.current_date", "u <- m.p.user", "t <- "]);
+        assert!(l.reads_certain);
+        // Without such a column it is the function: no read, certain, no problem.
+        let sql = "SELECT id, current_date AS d, user AS u FROM m.q";
+        let (cols, l) = lineage_over(Grammar::Embedded, sql, &parents);
+        assert_eq!(cols, ["id <- m.q.id", "d <- ", "u <- "]);
+        assert!(l.reads_certain);
+        assert_eq!(reads(&l), ["m.q.id"]);
+        assert_eq!(unknown_columns(sql, &parents).unwrap(), vec![]);
+        // An outer query's column of that name is not one: DuckDB calls the function.
+        let sql = "SELECT p.id, (SELECT current_date FROM m.q AS q WHERE q.id = p.id) AS d FROM m.p AS p";
+        assert_eq!(lineage_over(Grammar::Embedded, sql, &parents).0, ["id <- m.p.id", "d <- "]);
+        // A relation whose columns are not known may have one.
+        assert_eq!(lineage_over(Grammar::Embedded, "SELECT current_date AS d FROM somewhere", &parents).0, ["d <- ?"]);
+        // To Postgres the unquoted keyword is the function, the quoted name the column.
+        let sql = "SELECT id, current_date AS d, \"current_date\" AS c FROM m.p";
+        assert_eq!(lineage_over(Grammar::Postgres, sql, &parents).0, ["id <- m.p.id", "d <- ", "c <- m.p.current_date"]);
+    }
+
+    #[test]
+    fn an_argument_written_name_equals_value_is_a_comparison_reading_the_column() {
+        let parents = declared(&[("s.p", "id a b")]);
+        // sqlparser reads `count_if(a = 1)` as an argument named `a` with the value `1`; DuckDB
+        // compares the column `a` with 1.
+        let sql = "SELECT id, count_if(a = 1) AS c1, count_if(a = 1 OR b = 5) AS c2, sum(if(a = 7, b, 0)) AS c3 FROM s.p GROUP BY id";
+        let (cols, l) = lineage_over(Grammar::Embedded, sql, &parents);
+        assert_eq!(cols, ["id <- s.p.id", "c1 <- s.p.a", "c2 <- s.p.a, s.p.b", "c3 <- s.p.a, s.p.b"]);
+        assert!(l.reads_certain);
+        // A named parameter (`name := value`, a table function's `name = value`) names none.
+        assert_eq!(lineage_over(Grammar::Embedded, "SELECT struct_pack(a := b) AS s FROM s.p", &parents).0, ["s <- s.p.b"]);
+        assert_eq!(unknown_columns("SELECT x FROM read_csv('x.csv', header = true)", &parents).unwrap(), vec![]);
+        // One no relation has is a problem, as it is to DuckDB's binder.
+        let p = unknown_columns("SELECT count_if(nope = 1) AS c FROM s.p", &parents).unwrap();
+        assert_eq!(p.iter().map(|p| p.column.as_str()).collect::<Vec<_>>(), ["nope"], "{p:#?}");
     }
 }
 

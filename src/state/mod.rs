@@ -620,7 +620,9 @@ pub trait StateStore: Send + std::fmt::Debug {
     }
 
     /// Every `full`/`view` version an apply or run decided to rebuild (downstream of new
-    /// intervals of a parent) and has not rebuilt yet, oldest first.
+    /// intervals of a parent) and has not rebuilt yet, and every unique-key, partition and SCD
+    /// type 2 version it decided to refresh (a parent having new data) and has not refreshed
+    /// yet, oldest first.
     ///
     /// # Errors
     /// The read fails.
@@ -634,7 +636,7 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// The write fails (nothing is recorded), or the fence lease was lost.
     fn record_pending_rebuilds(&self, rebuilds: &[(String, String, String)], now: Millis) -> Result<(), StateError>;
 
-    /// Forgets the pending rebuild of `(name, fp)` once it is rebuilt (idempotent).
+    /// Forgets the pending rebuild (or refresh) of `(name, fp)` once it is done (idempotent).
     ///
     /// # Errors
     /// The write fails, or the fence lease was lost.
@@ -953,9 +955,11 @@ pub struct Claim {
     pub storage: Option<Condemned>,
 }
 
-/// A `full`/`view` version whose rebuild an apply or run decided and did not finish
+/// A `full`/`view` version whose rebuild an apply or run decided and did not finish, or a
+/// unique-key, partition or SCD type 2 version whose refresh it decided and did not do
 /// ([`StateStore::pending_rebuilds`]): its relation may predate intervals of its parents that
-/// are recorded done. The next apply or run of an environment serving it rebuilds it.
+/// are recorded done. The next apply or run of an environment serving it rebuilds or refreshes
+/// it (a refresh: only one writing its table).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PendingRebuild {

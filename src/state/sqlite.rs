@@ -64,8 +64,10 @@ CREATE INDEX ticks_by_env ON ticks (env, id);
 /// - `condemned`: physical storage the janitor has claimed (in the transaction that removed its
 ///   snapshot rows) and not yet dropped; an apply relying on it is refused.
 /// - `pending_rebuilds`: `full`/`view` versions an apply or run decided to rebuild (downstream of
-///   new intervals) and has not rebuilt yet; the next apply or run of an environment serving
-///   them rebuilds them, so a process stopped in between never leaves them stale.
+///   new intervals) and has not rebuilt yet, and unique-key, partition and SCD type 2 versions it
+///   decided to refresh because a parent has new data and has not refreshed yet; the next apply
+///   or run of an environment serving them (and writing their table) does them, so a process
+///   stopped in between never leaves them stale.
 macro_rules! v5_tables {
     () => {
         r#"

@@ -874,6 +874,75 @@ fn a_dot_call_on_a_name_a_parent_adds_reads_the_new_column_and_its_reader_is_reb
     }
 }
 
+/// A SQL project: `m.p` over `src.t` (`id`, `k`, `zone`, `a`), gaining a struct column `z`, a
+/// column `current_date` and a column `a` when `added`; `m.exists` keeps the rows of `src.t` as
+/// `z` whose `k` a subquery over `m.p` finds by `z.k`, `m.today` reads `current_date` over `m.p`,
+/// `m.counted` counts `m.p`'s rows per row of `src.t` as `o` where `if(a = 1, true, false)`, and
+/// `m.plain` reads `p.id` only.
+fn captured_name_project(added: bool) -> Project {
+    let p = Project::new();
+    p.write("efmesh.toml", &p.config_with("").replace("models/**/*.lua", "models/**/*.sql"));
+    p.write("data/t.csv", "id,k,zone,a\n1,a,cold,1\n2,b,warm,1\n");
+    let (schema, items) = if added {
+        (", z struct(k varchar), \"current_date\" date, a integer", ", {'k': 'none'} AS z, DATE '2000-01-01' AS \"current_date\", 7 AS a")
+    } else {
+        ("", "")
+    };
+    let model = |name: &str, schema: &str, refs: &str, query: &str| {
+        p.write(&format!("models/{}.sql", name.replace('.', "_")), &format!("-- name: {name}\n-- kind: full\n-- schema: {schema}\n-- refs: {refs}\n{query}\n"));
+    };
+    p.write("models/src_t.sql", "-- name: src.t\n-- kind: external(path = data/t.csv)\n-- schema: id integer, k varchar, zone varchar, a integer\n");
+    model("m.p", &format!("id integer, k varchar{schema}"), "src.t", &format!("SELECT id, k{items} FROM @ref(src.t)"));
+    model(
+        "m.exists",
+        "k varchar, zone varchar",
+        "m.p, src.t",
+        "SELECT z.k, z.zone FROM @ref(src.t) AS z WHERE EXISTS (SELECT 1 FROM @ref(m.p) AS p WHERE p.k = z.k)",
+    );
+    model("m.today", "id integer, d date", "m.p", "SELECT id, current_date AS d FROM @ref(m.p)");
+    model(
+        "m.counted",
+        "id integer, n bigint",
+        "m.p, src.t",
+        "SELECT o.id, (SELECT count(*) FROM @ref(m.p) AS i WHERE i.id = o.id AND if(a = 1, true, false)) AS n FROM @ref(src.t) AS o",
+    );
+    model("m.plain", "id integer", "m.p", "SELECT p.id FROM @ref(m.p) AS p");
+    p
+}
+
+/// `m.p` gains columns (non-breaking) that names of its readers bind to though they select no
+/// `*`: a struct column `z`, which DuckDB binds a subquery's `z.k` to before the outer relation
+/// `z`; a column `current_date`, which DuckDB binds the keyword to; a column `a`, which the
+/// comparison in `if(a = 1, …)` (sqlparser's argument named `a`) of a subquery over `m.p` took
+/// from the outer query. Each reader is rebuilt and serves what a fresh build serves;
+/// `m.plain` keeps its table. DuckDB's syntax: not on Postgres.
+#[test]
+fn a_struct_a_keyword_named_or_a_compared_column_a_parent_adds_captures_its_readers_names_and_they_are_rebuilt() {
+    let p = captured_name_project(false);
+    p.apply("dev");
+    assert_eq!(p.rows(&env_view("dev", "m.exists")), strs(&[&["a", "cold"], &["b", "warm"]]));
+    assert_eq!(p.rows(&env_view("dev", "m.counted")), strs(&[&["1", "1"], &["2", "1"]]));
+    let added = captured_name_project(true);
+    for m in ["m_p", "m_exists", "m_today", "m_counted", "m_plain"] {
+        let file = format!("models/{m}.sql");
+        p.write(&file, &added.read(&file));
+    }
+    let plan = p.plan("dev");
+    assert_eq!(action(&plan, "m.p")["change"], "non-breaking", "{plan:#}");
+    for m in ["m.exists", "m.today", "m.counted"] {
+        assert_eq!(action(&plan, m)["build"], Value::Bool(true), "{m} must be rebuilt: {:#}", action(&plan, m));
+    }
+    assert_eq!(action(&plan, "m.plain")["build"], Value::Bool(false), "{:#}", action(&plan, "m.plain"));
+    p.apply("dev");
+    added.apply("dev");
+    for m in ["m.p", "m.exists", "m.today", "m.counted", "m.plain"] {
+        assert_eq!(p.rows(&env_view("dev", m)), added.rows(&env_view("dev", m)), "{m} differs from a fresh build");
+    }
+    assert_eq!(p.rows(&env_view("dev", "m.exists")), Rows::new(), "`z.k` is `m.p`'s `z`'s `none`");
+    assert_eq!(p.rows(&env_view("dev", "m.today")), strs(&[&["1", "2000-01-01"], &["2", "2000-01-01"]]));
+    assert_eq!(p.rows(&env_view("dev", "m.counted")), strs(&[&["1", "0"], &["2", "0"]]), "`a` is `m.p`'s 7");
+}
+
 /// The served columns of `model` in `dev`.
 fn view_columns(p: &Project, model: &str) -> Vec<String> {
     columns_of(p, "dev", model)

@@ -192,6 +192,8 @@ crate::on_every_engine!(
     run_rebuilds_full_models_downstream_of_a_refreshed_model,
     a_rebuild_interrupted_after_the_parent_batch_is_done_by_the_next_run_or_apply,
     a_pending_rebuild_left_by_a_run_that_recorded_no_new_interval_does_not_claim_one,
+    a_keyed_refresh_interrupted_after_the_parent_batch_is_done_by_the_next_apply_or_run,
+    a_pending_keyed_refresh_is_left_to_the_environment_writing_the_table,
     status_check_exit_codes_for_each_state,
     retries_cure_transient_failures_and_never_retry_sql_errors,
     a_retried_command_reports_what_its_failed_attempts_built,
@@ -380,6 +382,155 @@ fn a_pending_rebuild_left_by_a_run_that_recorded_no_new_interval_does_not_claim_
     assert_consistent(&p, "prod", "2026-02-11", 1, "after the second run");
     let status = p.run(&["status", "prod", "--json"]).expect_code(0).json();
     assert_eq!(status["pendingRebuilds"], serde_json::json!([]), "{status:#}");
+}
+
+/// `t.daily` (a day a batch) with a unique-key model (`m.last`: the newest day and the day
+/// count) and an SCD type 2 model (`m.hist`: the day count) over it, neither on a `cron`.
+const KEYED_OVER_DAILY: &str = r#"
+local daily = define_model {
+  name = "t.daily",
+  kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01", grain = "day", batch_size = 1 },
+  schema = { { "day", "timestamp" }, { "v", "bigint" } },
+  query = "SELECT CAST(@start AS TIMESTAMP) AS day, CAST(1 AS BIGINT) AS v",
+}
+define_model {
+  name = "m.last", kind = kind.incremental_by_unique_key { key = "k" },
+  schema = { { "k", "bigint" }, { "last_day", "timestamp" }, { "n", "bigint" } },
+  query = "SELECT CAST(1 AS BIGINT) AS k, max(day) AS last_day, CAST(count(*) AS BIGINT) AS n FROM " .. ref(daily),
+}
+define_model {
+  name = "m.hist", kind = kind.scd_type2 { key = "k" },
+  schema = { { "k", "bigint" }, { "n", "bigint" } },
+  query = "SELECT CAST(1 AS BIGINT) AS k, CAST(count(*) AS BIGINT) AS n FROM " .. ref(daily),
+}
+"#;
+
+/// What `m.last` and `m.hist` (its open version) of [`KEYED_OVER_DAILY`] serve in `env`.
+fn keyed_rows(p: &Project, env: &str) -> (Rows, Rows) {
+    let hist = p.query(&format!("SELECT CAST(n AS VARCHAR) FROM {} WHERE valid_to IS NULL", env_view(env, "m.hist")));
+    (p.rows(&env_view(env, "m.last")), hist)
+}
+
+/// What `m.last` and `m.hist` serve once refreshed over `t.daily` computed up to `now_day`, whose
+/// newest day is `newest`.
+fn keyed_expected(now_day: &str, newest: &str) -> (Rows, Rows) {
+    let n = days_until(now_day).to_string();
+    (vec![vec![Some("1".to_string()), Some(format!("{newest} 00:00:00")), Some(n.clone())]], vec![vec![Some(n)]])
+}
+
+/// The names of the records `status <env> --json` lists as pending, with their reasons.
+fn pending_of(p: &Project, env: &str) -> BTreeSet<(String, String)> {
+    let status = p.run(&["status", env, "--json"]).expect_code(0).json();
+    let pending = status["pendingRebuilds"].as_array().unwrap_or_else(|| panic!("{status:#}"));
+    pending.iter().map(|r| (r["name"].as_str().unwrap_or_default().to_string(), r["reason"].as_str().unwrap_or_default().to_string())).collect()
+}
+
+/// An `apply` or a `run` stopped (the `EFMESH_FAULT` hook, as `kill -9`) after a time-range
+/// parent's new day is written, before the unique-key and SCD type 2 models it refreshes because
+/// that parent has new data: their refreshes were recorded as pending before anything was
+/// written, so `status` lists them, the plan has changes because of them, and the next `apply`
+/// or `run` refreshes them. Before, the `apply` after it said "nothing to apply" and the
+/// unique-key model kept the days before the kill for good (`status --check` healthy, nothing
+/// pending): the parent had no new data any more.
+fn a_keyed_refresh_interrupted_after_the_parent_batch_is_done_by_the_next_apply_or_run(engine: EngineBackend) {
+    let mut p = Project::on_engine(engine);
+    p.write("models/m.lua", KEYED_OVER_DAILY);
+    p.now = "2026-02-10T00:00:00Z".into();
+    p.apply("prod");
+    assert_eq!(keyed_rows(&p, "prod"), keyed_expected("2026-02-10", "2026-02-09"));
+    // (the command stopped, the command after it, the day it runs at, the newest day then)
+    let rounds = [("apply", "apply", "2026-02-11", "2026-02-10"), ("run", "apply", "2026-02-12", "2026-02-11"), ("apply", "run", "2026-02-13", "2026-02-12")];
+    let args_of = |command: &str| -> Vec<&'static str> {
+        // One job: the keyed models wait for `t.daily` whatever the order, and nothing else runs
+        // when the hook aborts after it.
+        if command == "run" { vec!["run", "prod", "--jobs", "1"] } else { vec!["apply", "prod", "--yes", "--jobs", "1"] }
+    };
+    for (stopped, next, day, newest) in rounds {
+        p.now = format!("{day}T00:00:00Z");
+        let before = keyed_rows(&p, "prod");
+        let killed = finish(spawn_with(&p, &args_of(stopped), &[("EFMESH_FAULT", "after-build:t.daily")]), "aborted");
+        assert_ne!(killed.code, 0, "{killed:#?}");
+        assert!(killed.stderr.contains("aborting at `after-build:t.daily`"), "{killed:#?}");
+        assert_eq!(p.rows(&env_view("prod", "t.daily")).len() as i64, days_until(day), "{stopped}: the parent's new day is there");
+        assert_eq!(keyed_rows(&p, "prod"), before, "{stopped}: not refreshed before the abort");
+        // `status` lists both refreshes as pending, saying what the command was to do.
+        let why = "downstream of t.daily, whose new intervals that command was to compute".to_string();
+        assert_eq!(pending_of(&p, "prod"), BTreeSet::from([("m.hist".to_string(), why.clone()), ("m.last".to_string(), why)]), "{stopped}");
+        let text = p.run(&["status", "prod"]).expect_code(0).stdout.clone();
+        assert!(
+            text.contains("m.last  refresh pending since")
+                && text.contains(
+                    "an apply or run decided it (downstream of t.daily, whose new intervals that command was to compute) and stopped before refreshing it"
+                ),
+            "{stopped}: {text}"
+        );
+        // The plan has changes because of them (an apply never says "nothing to apply" here).
+        let plan = p.plan("prod");
+        assert_eq!(plan["hasChanges"], true, "{stopped}: {plan:#}");
+        for m in ["m.last", "m.hist"] {
+            let a = action(&plan, m);
+            assert_eq!(a["rebuild"], true, "{stopped}: {m}: {plan:#}");
+            assert!(
+                a["rebuildReason"].as_str().unwrap_or_default().starts_with("pending: an earlier apply or run stopped before refreshing it"),
+                "{m}: {plan:#}"
+            );
+        }
+        let text = p.run(&["plan", "prod"]).expect_code(0).stdout.clone();
+        assert!(text.contains("refresh: pending: an earlier apply or run stopped before refreshing it (downstream of t.daily"), "{stopped}: {text}");
+        let again = p.run(&[&args_of(next)[..], &["--json"]].concat()).expect_code(0).json();
+        let done = string_set(&again[if next == "run" { "processed" } else { "built" }]);
+        assert!(done.contains("m.last") && done.contains("m.hist") && !done.contains("t.daily"), "{stopped} then {next}: {again:#}");
+        assert_eq!(keyed_rows(&p, "prod"), keyed_expected(day, newest), "{stopped} then {next}: refreshed over the new day");
+        assert_eq!(pending_of(&p, "prod"), BTreeSet::new(), "{stopped} then {next}");
+        assert_eq!(p.plan("prod")["hasChanges"], false, "{stopped} then {next}: nothing left");
+    }
+}
+
+/// A pending refresh of a unique-key (and an SCD type 2) version that `dev` serves too under
+/// another `cron` (metadata: the same version, `prod`'s table, which `prod` writes) is left to
+/// `prod`: `dev`'s plan is not made one with changes by it (an apply of `dev` would otherwise
+/// find it every time and never do it), its apply has nothing to do and its run refreshes
+/// nothing there; `prod`'s next apply refreshes it, which `dev` serves too.
+fn a_pending_keyed_refresh_is_left_to_the_environment_writing_the_table(engine: EngineBackend) {
+    let mut p = Project::on_engine(engine);
+    let prod_project = KEYED_OVER_DAILY.to_string();
+    let dev_project = KEYED_OVER_DAILY
+        .replace(r#"kind.incremental_by_unique_key { key = "k" },"#, r#"kind.incremental_by_unique_key { key = "k" }, cron = "@hourly","#)
+        .replace(r#"kind.scd_type2 { key = "k" },"#, r#"kind.scd_type2 { key = "k" }, cron = "@hourly","#);
+    assert_ne!(dev_project, prod_project);
+    p.now = "2026-02-10T00:00:00Z".into();
+    p.write("models/m.lua", &prod_project);
+    p.apply("prod");
+    p.write("models/m.lua", &dev_project);
+    p.apply("dev");
+    let pointers = |p: &Project, env: &str| p.store().expect("a state store").env_pointers(env).unwrap();
+    assert_eq!(pointers(&p, "dev")["m.last"], pointers(&p, "prod")["m.last"], "the same version: one table");
+    // prod's apply stops after `t.daily`'s new day, before its refreshes.
+    p.now = "2026-02-11T00:00:00Z".into();
+    p.write("models/m.lua", &prod_project);
+    let killed = finish(spawn_with(&p, &["apply", "prod", "--yes", "--jobs", "1"], &[("EFMESH_FAULT", "after-build:t.daily")]), "aborted");
+    assert!(killed.stderr.contains("aborting at `after-build:t.daily`"), "{killed:#?}");
+    let recorded = |p: &Project| -> BTreeSet<String> { p.store().expect("a state store").pending_rebuilds().unwrap().into_iter().map(|r| r.name).collect() };
+    assert_eq!(recorded(&p), set(&["m.last", "m.hist"]));
+    // dev does not write that table: nothing to do there, the records stay.
+    p.write("models/m.lua", &dev_project);
+    let plan = p.plan("dev");
+    assert_eq!(plan["hasChanges"], false, "{plan:#}");
+    assert_eq!(action(&plan, "m.last").get("rebuild"), None, "{plan:#}");
+    let applied = p.run(&["apply", "dev", "--yes"]);
+    applied.expect_code(0);
+    assert!(applied.stdout.contains("nothing to apply"), "{applied:#?}");
+    let ran = p.run(&["run", "dev", "--json"]).expect_code(0).json();
+    assert!(!string_set(&ran["processed"]).contains("m.last"), "{ran:#}");
+    assert_eq!(recorded(&p), set(&["m.last", "m.hist"]), "left for prod");
+    // prod's next apply does it; dev serves the table it refreshed.
+    p.write("models/m.lua", &prod_project);
+    p.run(&["apply", "prod", "--yes"]).expect_code(0);
+    assert_eq!(recorded(&p), BTreeSet::new());
+    assert_eq!(keyed_rows(&p, "prod"), keyed_expected("2026-02-11", "2026-02-10"));
+    assert_eq!(p.rows(&env_view("dev", "m.last")), keyed_expected("2026-02-11", "2026-02-10").0);
+    p.write("models/m.lua", &dev_project);
+    assert_eq!(p.plan("dev")["hasChanges"], false);
 }
 
 /// kill -9 at seeded random moments of `apply` and of `run`, then the same command again: the

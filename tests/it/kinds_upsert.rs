@@ -467,8 +467,77 @@ fn a_unique_key_child_of_a_parent_whose_new_version_computes_new_intervals_is_re
     let text = p.run(&["plan", "prod"]);
     text.expect_code(0);
     assert!(text.stdout.contains("refresh, as `run` would") && text.stdout.contains("m.latest"), "{}", text.stdout);
+    // A new version inheriting its older version's table: not one the environment points at anew.
+    assert!(text.stdout.contains("the table it inherits holds what its older version's last refresh read"), "{}", text.stdout);
+    assert!(!text.stdout.contains("pointed at here"), "{}", text.stdout);
     p.apply("prod");
     assert_eq!(p.rows(&env_view("prod", "m.latest")), rows(&[&["n", "3"]]), "the total of both days");
     assert_eq!(p.plan("prod")["hasChanges"], false);
     p.run(&["status", "prod", "--check"]).expect_code(0);
+}
+
+/// The same change applied to `dev` first: `dev` builds the parent's new version and leaves the
+/// child's version (on `prod`'s table, over other parent tables) unrefreshed, to `prod`. `prod`'s
+/// plan then builds nothing: it points at `dev`'s versions. The child's table still holds what
+/// `prod`'s older version last read, without the day the parent's new version computed: the
+/// apply refreshes it, as `run` would: then `prod` serves what a `run` gives, and `plan` (nothing
+/// left) and `status` (healthy) say so rightly.
+#[test]
+fn a_unique_key_child_of_a_parent_changed_in_dev_first_is_refreshed_by_the_prod_apply() {
+    let mut p = Project::new();
+    p.write("efmesh.toml", &p.config_with("").replace("models/**/*.lua", "models/**/*.sql"));
+    p.write("data/ev.csv", "event_at,region,amount\n2026-01-01 03:00:00,a,1\n2026-01-01 03:00:00,n,1\n2026-01-02 03:00:00,n,2\n2026-01-03 03:00:00,n,4\n");
+    p.write("models/raw.sql", "-- name: raw.ev\n-- kind: external(path = data/ev.csv)\n-- schema: event_at timestamp, region varchar, amount bigint\n");
+    let daily = |extra_col: &str, extra_item: &str| {
+        format!(
+            "-- name: m.daily\n-- kind: incremental_by_time_range(time_column = day, start = 2026-01-01)\n-- schema: day timestamp, region varchar, revenue bigint{extra_col}\n-- refs: raw.ev\n\
+             SELECT date_trunc('day', event_at)::TIMESTAMP AS day, region, CAST(sum(amount) AS BIGINT) AS revenue{extra_item}\n\
+             FROM @ref(raw.ev) WHERE event_at >= @start AND event_at < @end GROUP BY ALL\n"
+        )
+    };
+    p.write("models/daily.sql", &daily("", ""));
+    p.write(
+        "models/latest.sql",
+        "-- name: m.latest\n-- kind: incremental_by_unique_key(key = region)\n-- schema: region varchar, rev bigint, day timestamp\n-- refs: m.daily\n\
+         SELECT region, revenue AS rev, day FROM @ref(m.daily) WHERE day = (SELECT max(day) FROM @ref(m.daily))\n",
+    );
+    // `n`'s revenue and day as the environment serves them.
+    let latest_n = |p: &Project, env: &str| {
+        p.query(&format!("SELECT CAST(rev AS VARCHAR), CAST(CAST(day AS DATE) AS VARCHAR) FROM {} WHERE region = 'n'", env_view(env, "m.latest")))
+    };
+    p.now = "2026-01-02T00:00:00Z".into();
+    p.apply("prod");
+    p.apply("dev");
+    assert_eq!(latest_n(&p, "prod"), rows(&[&["1", "2026-01-01"]]));
+
+    p.write("models/daily.sql", &daily(", c bigint", ", count(*) AS c"));
+    p.now = "2026-01-03T00:00:00Z".into();
+    let dev = p.run(&["plan", "dev"]);
+    dev.expect_code(0);
+    assert!(dev.stdout.contains("not refreshed here"), "`dev` leaves the shared table to `prod`: {}", dev.stdout);
+    p.apply("dev");
+
+    let plan = p.plan("prod");
+    assert_eq!(action(&plan, "m.daily")["change"], "non-breaking", "{plan:#}");
+    assert_eq!(action(&plan, "m.daily")["build"], false, "`dev` built it already: {plan:#}");
+    assert_eq!(action(&plan, "m.latest")["build"], false, "{plan:#}");
+    assert_eq!(action(&plan, "m.latest")["rebuild"], true, "{plan:#}");
+    let text = p.run(&["plan", "prod"]);
+    text.expect_code(0);
+    assert!(
+        text.stdout.contains("refresh, as `run` would: pointed at here, its table holds what the last refresh of it")
+            && text.stdout.contains("`m.daily`'s new version computes 1 interval its older version lacked"),
+        "{}",
+        text.stdout
+    );
+    p.apply("prod");
+    let applied = p.rows(&env_view("prod", "m.latest"));
+    assert_eq!(latest_n(&p, "prod"), rows(&[&["2", "2026-01-02"]]), "the parent's newest day, as `prod`'s m.daily serves it");
+    assert_eq!(p.plan("prod")["hasChanges"], false);
+    p.run(&["status", "prod", "--check"]).expect_code(0);
+    // `dev` serves the same table (the version it inherited, now refreshed by `prod`).
+    assert_eq!(p.rows(&env_view("dev", "m.latest")), applied);
+
+    p.run(&["run", "prod"]).expect_code(0);
+    assert_eq!(p.rows(&env_view("prod", "m.latest")), applied, "a run gives what the apply left");
 }

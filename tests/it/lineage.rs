@@ -508,3 +508,109 @@ fn a_dot_call_reads_the_column_before_its_dot_for_lineage_and_column_impact() {
     let want: Vec<Vec<Option<String>>> = vec![vec![Some("1".into()), Some("5".into())], vec![Some("2".into()), Some("5".into())]];
     assert_eq!(p.rows("dev__m.len_s"), want, "`abcd1` is five characters");
 }
+
+/// The files of a SQL project whose children read parent columns in ways sqlparser's tree hides:
+/// `s.pivoted` and `s.unpivoted` count the rows of a `PIVOT` (it groups by every column it does
+/// not name, `s` here) and an `UNPIVOT` (it drops the NULL values of `v`) of `s.p`; `s.struct_m`'s
+/// correlated subquery reads `z.k`, which DuckDB binds to the field of `s.q`'s struct column `z`
+/// before the outer relation `z`; `s.today` reads `current_date`, which DuckDB binds to `s.q`'s
+/// column of that name; `s.counts` reads `a` in `count_if(a = 1)` and `if(a = 7, b, 0)`
+/// (sqlparser's arguments named `a`, DuckDB's comparisons). `s.keys` and `s.ids` read none of
+/// what `edited` changes: `v` and `s` of `s.p`, `a`, `z` and `current_date` of `s.q`.
+fn hidden_read_models(edited: bool) -> Vec<(String, String)> {
+    let (v, s, a, z, d) = if edited { ("coalesce(v, 0)", "'q'", "7", "b", "2001-01-01") } else { ("v", "s", "1", "a", "2000-01-01") };
+    let model = |name: &str, schema: &str, refs: &str, query: &str| {
+        (format!("models/{}.sql", name.replace('.', "_")), format!("-- name: {name}\n-- kind: full\n-- schema: {schema}\n-- refs: {refs}\n{query}\n"))
+    };
+    vec![
+        ("models/src_t.sql".into(), "-- name: src.t\n-- kind: external(path = data/t.csv)\n-- schema: id integer, k varchar, v integer, s varchar\n".into()),
+        model("s.p", "k varchar, v integer, s varchar", "src.t", &format!("SELECT k, {v} AS v, {s} AS s FROM @ref(src.t)")),
+        model("s.pivoted", "n bigint", "s.p", "SELECT count(*) AS n FROM @ref(s.p) PIVOT (sum(v) FOR k IN ('a', 'b'))"),
+        model("s.unpivoted", "n bigint", "s.p", "SELECT count(*) AS n FROM @ref(s.p) UNPIVOT (val FOR nm IN (v))"),
+        model("s.keys", "k varchar", "s.p", "SELECT k FROM @ref(s.p)"),
+        model(
+            "s.q",
+            "id integer, k varchar, a integer, b integer, z struct(k varchar), \"current_date\" date",
+            "src.t",
+            &format!("SELECT id, k, {a} AS a, id * 5 AS b, {{'k': '{z}'}} AS z, DATE '{d}' AS \"current_date\" FROM @ref(src.t)"),
+        ),
+        model(
+            "s.struct_m",
+            "k varchar, m integer",
+            "s.q, src.t",
+            "SELECT z.k, (SELECT max(q.id) FROM @ref(s.q) AS q WHERE q.k = z.k) AS m FROM @ref(src.t) AS z",
+        ),
+        model("s.today", "id integer, d date", "s.q", "SELECT id, current_date AS d FROM @ref(s.q)"),
+        model(
+            "s.counts",
+            "id integer, c bigint, t integer",
+            "s.q",
+            "SELECT id, count_if(a = 1) AS c, CAST(sum(if(a = 7, b, 0)) AS INTEGER) AS t FROM @ref(s.q) GROUP BY id",
+        ),
+        model("s.ids", "id integer, b integer", "s.q", "SELECT id, b FROM @ref(s.q)"),
+    ]
+}
+
+const HIDDEN_READ_MODELS: [&str; 10] = ["src.t", "s.p", "s.pivoted", "s.unpivoted", "s.keys", "s.q", "s.struct_m", "s.today", "s.counts", "s.ids"];
+
+/// A SQL project of [`hidden_read_models`] (DuckDB).
+fn hidden_read_project(edited: bool) -> Project {
+    let p = Project::new();
+    p.write("efmesh.toml", &p.config_with("").replace("models/**/*.lua", "models/**/*.sql"));
+    p.write("data/t.csv", "id,k,v,s\n1,a,10,x\n2,b,,y\n3,a,30,y\n");
+    for (file, text) in hidden_read_models(edited) {
+        p.write(&file, &text);
+    }
+    p
+}
+
+/// A breaking change confined to some columns keeps only the children that read none of them:
+/// a child whose read sqlparser's tree hides — a `PIVOT` or `UNPIVOT` over the parent, a
+/// subquery's dotted name DuckDB binds to the parent's struct column before an outer relation,
+/// a keyword (`current_date`) DuckDB binds to the parent's column of that name, a comparison
+/// sqlparser reads as a named argument (`count_if(a = 1)`) — counts as reading them, is rebuilt,
+/// and serves what a fresh build of the edited project serves.
+#[test]
+fn plan_column_impact_rebuilds_children_whose_reads_sqlparser_hides_and_matches_a_fresh_build() {
+    let p = hidden_read_project(false);
+    p.apply("dev");
+    for (file, text) in hidden_read_models(true) {
+        p.write(&file, &text);
+    }
+    let plan = p.run(&["plan", "dev", "--json", "--explain"]).expect_code(0).json();
+    let action =
+        |name: &str| plan["actions"].as_array().unwrap().iter().find(|a| a["name"] == name).cloned().unwrap_or_else(|| panic!("no {name} in {plan:#}"));
+    assert_eq!(
+        action("s.p")["explain"]["columnImpact"],
+        serde_json::json!({"changed": ["s", "v"], "readBy": ["s.pivoted", "s.unpivoted"], "notReadBy": ["s.keys"]}),
+        "{:#}",
+        action("s.p")
+    );
+    assert_eq!(
+        action("s.q")["explain"]["columnImpact"],
+        serde_json::json!({"changed": ["a", "current_date", "z"], "readBy": ["s.counts", "s.struct_m", "s.today"], "notReadBy": ["s.ids"]}),
+        "{:#}",
+        action("s.q")
+    );
+    for m in ["s.pivoted", "s.unpivoted", "s.struct_m", "s.today", "s.counts"] {
+        assert_eq!(action(m)["build"], true, "{m}: {:#}", action(m));
+    }
+    for m in ["s.keys", "s.ids"] {
+        assert_eq!(action(m)["build"], false, "{m}: {:#}", action(m));
+    }
+    p.run(&["apply", "dev", "--yes"]).expect_code(0);
+
+    let fresh = hidden_read_project(true);
+    fresh.apply("dev");
+    for m in HIDDEN_READ_MODELS {
+        let view = format!("dev__{m}");
+        assert_eq!(p.rows(&view), fresh.rows(&view), "{m} differs from a fresh build");
+    }
+    let one = |v: &str| vec![vec![Some(v.to_string())]];
+    assert_eq!(p.rows("dev__s.pivoted"), one("1"), "one group: every `s` is `q`");
+    assert_eq!(p.rows("dev__s.unpivoted"), one("3"), "no `v` is NULL");
+    let column = |view: &str, at: usize| p.rows(view).into_iter().map(|r| r[at].clone().unwrap_or_default()).collect::<BTreeSet<_>>();
+    assert_eq!(column("dev__s.struct_m", 1), BTreeSet::from(["2".to_string()]), "`z.k` is `s.q`'s `z`'s `b`");
+    assert_eq!(column("dev__s.today", 1), BTreeSet::from(["2001-01-01".to_string()]), "`current_date` is `s.q`'s column");
+    assert_eq!(column("dev__s.counts", 1), BTreeSet::from(["0".to_string()]), "no `a` is 1 any more");
+}

@@ -2,8 +2,9 @@
 //! invariant 36 (e)): outside `prod`, a time-range version computes no interval in it (it serves
 //! `prod`'s computation: new days appear as `prod`'s run computes them); an SCD type 2
 //! (unique-key, partition) table, which keeps what it recorded, is not refreshed there (it keeps
-//! `prod`'s rows until `prod` serves the change too); a lost one is rebuilt by `prod` only. `dev`
-//! never writes rows computed from its own parents into what `prod` serves.
+//! `prod`'s rows until `prod` serves the change too); a lost one is rebuilt by `prod` only, and
+//! then `dev` serves its rebuilt rows, healthy. `dev` never writes rows computed from its own
+//! parents into what `prod` serves.
 
 use crate::common::*;
 
@@ -491,6 +492,59 @@ fn a_lost_table_prod_serves_over_other_parents_is_rebuilt_by_prod_never_from_ano
     assert_eq!((days(&p, "prod", "t.child"), days(&p, "dev", "t.child")), ("01=1,02=2".to_string(), "01=1,02=2".to_string()));
     let history = one(&p, &format!("SELECT string_agg(CAST(total AS VARCHAR), ',' ORDER BY valid_from) FROM {}", env_view("prod", "s.hist")));
     assert_eq!(history, "3", "prod's history rebuilt from prod's totals");
+}
+
+/// `t.child`'s entry of `env`'s `status --check --json`, which exits `code`.
+#[track_caller]
+fn child_lag(p: &Project, env: &str, code: i32) -> serde_json::Value {
+    let status = p.run(&["status", env, "--check", "--json"]).expect_code(code).json();
+    status["lag"].as_array().and_then(|l| l.iter().find(|l| l["model"] == "t.child")).cloned().unwrap_or_else(|| panic!("{status:#}"))
+}
+
+#[test]
+fn after_prods_rebuild_of_a_lost_table_dev_shares_dev_serves_its_rows_healthy_unless_the_rebuild_failed() {
+    // dev's child is a version of its own (over dev's new daily) on the table prod's child
+    // serves: it never computes there. The table lost, prod's rebuild marks both versions'
+    // intervals failed (the rows are gone), then gives dev's version back what it recomputed:
+    // dev serves prod's rebuilt rows, and says so. A rebuild that failed leaves dev unhealthy
+    // until prod's next apply completes it.
+    for rebuild_fails_first in [false, true] {
+        let p = prod_and_dev(&models(false, false));
+        p.write("models/m.lua", &models(true, false));
+        p.apply("dev");
+        let (table, dev_fp) = {
+            let s = p.state();
+            let (prod_fp, dev_fp) = (s.env_pointers("prod").unwrap()["t.child"].clone(), s.env_pointers("dev").unwrap()["t.child"].clone());
+            assert_ne!(prod_fp, dev_fp, "dev's child is a version of its own");
+            let table = s.snapshot("t.child", &prod_fp).unwrap().unwrap().physical;
+            assert_eq!(s.snapshot("t.child", &dev_fp).unwrap().unwrap().physical, table, "on the table prod serves");
+            (table, dev_fp)
+        };
+        p.execute_on_engine(&format!("DROP TABLE {table}"));
+        p.run(&["apply", "dev", "--yes"]).expect_code(1);
+        p.write("models/m.lua", &models(false, false));
+        if rebuild_fails_first {
+            let out = p.command(&["apply", "prod", "--yes"]).env("EFMESH_STATE_FAIL", "done:t.child:refused").output().expect("spawn efmesh");
+            let failed = Run::from_output(out, "EFMESH_STATE_FAIL=done:t.child:refused efmesh apply prod --yes".into());
+            failed.expect_code(1);
+            assert!(failed.stderr.contains("the state write `done:t.child` failed"), "the test hook did not run: {failed:#?}");
+            p.write("models/m.lua", &models(true, false));
+            let lag = child_lag(&p, "dev", 1);
+            assert_eq!(lag["failed"], 2, "dev's intervals stay failed while the rebuild is not done: {lag:#}");
+            assert_eq!(p.state().ledger_stats("t.child", &dev_fp).unwrap().failed, 2);
+            p.write("models/m.lua", &models(false, false));
+        }
+        let rebuilt = p.apply("prod");
+        assert!(string_set(&rebuilt["built"]).contains("t.child"), "{rebuilt:#}");
+        p.write("models/m.lua", &models(true, false));
+        assert_eq!(p.plan("dev")["hasChanges"], false);
+        p.run(&["run", "dev"]).expect_code(0);
+        let lag = child_lag(&p, "dev", 0);
+        assert_eq!(lag["failed"], 0, "{lag:#}");
+        let stats = p.state().ledger_stats("t.child", &dev_fp).unwrap();
+        assert_eq!((stats.done, stats.failed), (2, 0), "dev's version holds what the rebuilt table holds");
+        assert_eq!((days(&p, "prod", "t.child"), days(&p, "dev", "t.child")), ("01=1,02=2".to_string(), "01=1,02=2".to_string()));
+    }
 }
 
 /// [`models`] (no SCD) with `t.grand`, a time-range child of `t.child` (plus `add`: an edit
