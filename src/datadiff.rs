@@ -157,8 +157,10 @@ pub fn diff_data(
         return Ok(Vec::new());
     }
     let mut engine = crate::preview::open_engine(project).map_err(|m| anyhow!("cannot open the engine database to compare data: {m}"))?;
+    // The store's epoch before the catalog (`plan::integrity::Observed`).
+    let epoch = state.engine_epoch()?;
     let catalog = engine.catalog().map_err(|e| anyhow!("cannot read the engine catalog: {}", one_line(&e.message)))?;
-    if let Some(message) = crate::plan::integrity::engine_behind(&project.config, state, &catalog)? {
+    if let Some(message) = crate::plan::integrity::engine_behind(&project.config, state, epoch, &catalog)? {
         return Err(crate::plan::PlanError::EngineBehind(message).into());
     }
     for model in models {

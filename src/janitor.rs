@@ -491,11 +491,13 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
             let stored = engine.storage_relations().map_err(JanitorError::Engine)?;
             let owners = crate::ownership::read_all(config, Some(engine.as_mut()), s3.as_ref(), &me).map_err(JanitorError::Storage)?;
             let shared = shared_candidates(state, engine.as_mut(), &stored, &in_lake, &owners, &me, ttl_ms, opts)?;
+            // The store's epoch before the catalog (`plan::integrity::Observed`).
+            let epoch = state.engine_epoch()?;
             let catalog = engine.catalog().map_err(JanitorError::Engine)?;
             // A database older than the store says (restored from a copy, or another one applied
             // with this store since) may still serve versions the store calls unreachable: its
             // storage is not this store's to judge (SPEC §4, invariant 63).
-            if let Some(message) = crate::plan::integrity::engine_behind(config, state, &catalog)? {
+            if let Some(message) = crate::plan::integrity::engine_behind(config, state, epoch, &catalog)? {
                 return Err(JanitorError::EngineBehind(message));
             }
             views = catalog.relations.into_iter().filter_map(|((s, n), e)| e.sql.map(|sql| ((s, n), sql))).collect();

@@ -114,6 +114,8 @@ pub fn preview(project: &Project, state: &dyn StateStore, env: &str, models: &[M
         Ok(e) => e,
         Err(message) => return Ok(models.iter().map(|m| Preview::failed(m, message.clone())).collect()),
     };
+    // The store's epoch before the catalog (`plan::integrity::Observed`).
+    let epoch = state.engine_epoch()?;
     let catalog = match engine.catalog() {
         Ok(c) => c,
         Err(e) => {
@@ -124,7 +126,7 @@ pub fn preview(project: &Project, state: &dyn StateStore, env: &str, models: &[M
     // An engine database older than the state store (a backup restored after later runs) would
     // have its stale rows shown as what the environment serves: refused as the plan refuses it
     // (SPEC §4, invariant 63).
-    if let Some(message) = crate::plan::integrity::engine_behind(&project.config, state, &catalog)? {
+    if let Some(message) = crate::plan::integrity::engine_behind(&project.config, state, epoch, &catalog)? {
         return Err(crate::plan::PlanError::EngineBehind(message).into());
     }
     let ctx = Context { project, env, served: &served, metadata: &metadata, catalog: &catalog, options };

@@ -470,10 +470,13 @@ impl Session {
         // A Postgres store has no file to identify it: nothing is reused then (`None`).
         versions.set_store_identity(path.and_then(|path| crate::engine::record::path_stat(&path)).map(|stat| format!("store {stat}")));
         let state = open_state(project, false)?;
+        // The store's engine epoch before the catalog ([`plan::integrity::Observed`]).
+        let epoch = state.engine_epoch()?;
         // The identity the catalog is exactly valid for is what the plan memo keys on.
         let (catalog, catalog_id) = engine_catalog_identified(project)?;
         versions.set_catalog_identity(catalog_id);
-        plan_checked_in(project, &*state, env, now, options, Some(&mut versions), catalog.as_deref())
+        let observed = catalog.as_deref().map(|c| plan::integrity::Observed::new(c, epoch));
+        plan_checked_in(project, &*state, env, now, options, Some(&mut versions), observed)
     }
 
     /// Applies `plan` (from [`Session::plan`]): opens the store on disk (creating it) and the
@@ -781,6 +784,13 @@ pub fn plan_checked(project: &Project, state: &dyn StateStore, env: &str, now: M
 
 /// [`plan_checked`] taking fingerprints from `versions` when given ([`plan::plan_with_memo`]).
 ///
+/// Without `versions`, a plan whose check found something to repair is planned again while a
+/// promotion of `env` (another process's `apply`) moved the environment's views between the
+/// pointers the plan read and the catalog it checked ([`plan::integrity::ViewsMark`]): at most
+/// [`STEADY_READS`] plans, a moment apart; the views it saw moving are not taken for damage
+/// once they agree. Still moving after that, the last plan is returned with a warning saying
+/// what it repairs may be that promotion's doing.
+///
 /// # Errors
 /// The planner fails.
 pub fn plan_checked_with(
@@ -792,9 +802,72 @@ pub fn plan_checked_with(
     versions: Option<&mut plan::VersionMemo>,
 ) -> Result<Plan> {
     if versions.is_some() {
+        let epoch = state.engine_epoch()?;
         let catalog = engine_catalog(project)?;
-        return plan_checked_in(project, state, env, now, options, versions, catalog.as_deref());
+        return plan_checked_in(project, state, env, now, options, versions, catalog.as_deref().map(|c| plan::integrity::Observed::new(c, epoch)));
     }
+    let mut reads = 1;
+    loop {
+        let plan = plan_checked_quiet(project, state, env, now, options)?;
+        let repairs = plan::integrity::describe(project, &plan);
+        if repairs.is_empty() {
+            return Ok(plan);
+        }
+        // Only a plan that found something reads the environment's promotions again (two state
+        // reads): the pointers it was planned against and none under way, before its catalog
+        // read and after it, mean no view of `env` moved in between.
+        let after = plan::integrity::ViewsMark::read(state, env)?;
+        if plan::integrity::ViewsMark::of_plan(&plan).steady(&after) {
+            warn_repairs(project, env, &repairs);
+            return Ok(plan);
+        }
+        if reads >= STEADY_READS {
+            tracing::warn!(
+                env = %env,
+                "a promotion of `{env}` moved its views while they were read ({reads} plans): what the warning below repairs may be that \
+                 promotion's doing, not damage; plan again once it is done"
+            );
+            warn_repairs(project, env, &repairs);
+            return Ok(plan);
+        }
+        tracing::debug!(env = %env, reads, "a promotion of `{env}` moved its views while this plan read them: planning again");
+        std::thread::sleep(steady_pause(reads));
+        reads += 1;
+    }
+}
+
+/// How many times a check that found an environment's views disagreeing with its pointers reads
+/// them again while a promotion of the environment moves them ([`plan_checked_with`], `status
+/// --check`).
+pub const STEADY_READS: u32 = 4;
+
+/// The pause before read `reads + 1` of [`STEADY_READS`]: 50 ms, 100 ms, 200 ms (a promotion's
+/// view swap and its record are milliseconds apart, unless the swap waits for readers of the
+/// views).
+pub fn steady_pause(reads: u32) -> std::time::Duration {
+    std::time::Duration::from_millis(50u64 << reads.saturating_sub(1).min(4))
+}
+
+/// Prints the warning of a plan of `env` that found the engine lacking what the environment
+/// relies on: `repairs` ([`plan::integrity::describe`]), one relation a line. A report for the
+/// person at the terminal (it names relations across several lines), printed like
+/// `error:`/`hint:`, not a log event.
+pub fn warn_repairs(project: &Project, env: &str, repairs: &[String]) {
+    crate::ewriteln!(
+        "warning: the engine `{}` does not hold everything environment `{env}` relies on (was the file deleted, replaced or edited, or the project moved?):\n  {}",
+        crate::engine::location(&project.config),
+        repairs.join("\n  ")
+    );
+}
+
+/// [`plan_checked_with`] without `versions`, once, saying nothing of what it repairs (the
+/// caller does: [`warn_repairs`]): the plan, its rebuild marks, its check against the engine's
+/// catalog (skipped for a replayed no-op plan found clean at the same state and engine file
+/// before) and the DuckLake files.
+///
+/// # Errors
+/// The planner fails.
+pub fn plan_checked_quiet(project: &Project, state: &dyn StateStore, env: &str, now: Millis, options: &plan::Options) -> Result<Plan> {
     let mut plan = plan::plan_unmarked(project, state, env, now, options, None)?;
     // A no-op plan replayed from the memo, found with nothing to rebuild and checked clean
     // against this very engine file before: the same marks and the same check with the same
@@ -826,19 +899,18 @@ pub fn plan_checked_with(
     }
     plan::mark_rebuilds(project, state, &mut plan)?;
     let nothing_marked = plan.actions.iter().all(|a| !a.rebuild);
+    // The store's engine epoch first, then the catalog ([`plan::integrity::Observed`]).
+    let epoch = state.engine_epoch()?;
     let catalog = engine_catalog(project)?;
+    // Test hook: the window between the catalog read and its check (a writer stamping and
+    // recording a later epoch there must not make the database look behind).
+    apply::fault::delay_point("plan-after-catalog");
     if let Some(catalog) = &catalog {
-        plan::integrity::check(project, state, &mut plan, catalog)?;
+        plan::integrity::check(project, state, &mut plan, plan::integrity::Observed::new(catalog, epoch))?;
     }
     check_ducklake_files(project, state, &mut plan)?;
-    let repairs = plan::integrity::describe(project, &plan);
-    if !repairs.is_empty() {
-        crate::ewriteln!(
-            "warning: the engine `{}` does not hold everything environment `{env}` relies on (was the file deleted, replaced or edited, or the project moved?):\n  {}",
-            crate::engine::location(&project.config),
-            repairs.join("\n  ")
-        );
-    } else if let (Some((t, id)), Some(_), true) = (&token, &catalog, nothing_marked)
+    if let (Some((t, id)), Some(_), true) = (&token, &catalog, nothing_marked)
+        && plan::integrity::describe(project, &plan).is_empty()
         && engine_file_identity(&engine).as_ref() == Some(id)
         && let Err(e) = write_plan_check(&record, t)
     {
@@ -968,19 +1040,13 @@ fn plan_checked_in(
     now: Millis,
     options: &plan::Options,
     versions: Option<&mut plan::VersionMemo>,
-    catalog: Option<&crate::engine::Catalog>,
+    catalog: Option<plan::integrity::Observed<'_>>,
 ) -> Result<Plan> {
     let mut plan = plan::plan_verified_with(project, state, env, now, options, catalog, versions)?;
     check_ducklake_files(project, state, &mut plan)?;
     let repairs = plan::integrity::describe(project, &plan);
     if !repairs.is_empty() {
-        // A report for the person at the terminal (it names relations across several lines),
-        // printed like `error:`/`hint:`, not a log event.
-        crate::ewriteln!(
-            "warning: the engine `{}` does not hold everything environment `{env}` relies on (was the file deleted, replaced or edited, or the project moved?):\n  {}",
-            crate::engine::location(&project.config),
-            repairs.join("\n  ")
-        );
+        warn_repairs(project, env, &repairs);
     }
     Ok(plan)
 }

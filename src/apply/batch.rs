@@ -131,10 +131,20 @@ pub fn statements(
     let write = match write {
         BatchWrite::Create => vec![dialect.create_table_as(physical, &format!("SELECT * FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}"))],
         BatchWrite::Insert => vec![insert],
-        BatchWrite::Replace => vec![format!("DELETE FROM {physical} WHERE {tc} >= {s} AND {tc} < {e}"), insert],
+        BatchWrite::Replace => vec![delete(model, t, physical, batch), insert],
     };
     // The model's pre/post statements, with the batch's bounds, in the same transaction.
     around(model, exec, Some(batch), write, 0)
+}
+
+/// The statement deleting the rows of `range` from `physical`, the table of time-range model
+/// `model` (kind `t`): what a batch replacing the range deletes first, and what an apply that
+/// fails takes back of the rows it wrote into a table it inherits
+/// ([`super::inherited::take_back`]).
+pub fn delete(model: &Model, t: &TimeRange, physical: &str, range: Interval) -> String {
+    let tc = quote_ident(&t.time_column);
+    let (s, e) = time_column_bounds(model, t, range);
+    format!("DELETE FROM {physical} WHERE {tc} >= {s} AND {tc} < {e}")
 }
 
 /// The literals `[start, end)` of `batch` compared with the time column: `DATE '…'` when the

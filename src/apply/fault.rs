@@ -36,7 +36,10 @@
 //! (`import-after-compare`) to run a writer (a restatement's run) there; the restatement race
 //! test holds a run after a time-range model's batch (or a transaction of several) committed
 //! and before its ledger record (`batch-committed:<schema.table>`, on the thread recording it)
-//! to restate the range from another environment there.
+//! to restate the range from another environment there; the promotion race tests hold an apply
+//! between its view swap and the record of its pointers (`after-view-swap`) to read the
+//! environment's status there, and a plan between its read of the engine's catalog and its check
+//! (`plan-after-catalog`) to run a writer there.
 //!
 //! A third hook, `EFMESH_LOSE_LOCK=<point>`, makes the process lose the writer lock it holds
 //! at a named point ([`lose_lock_point`]), as a holder stalled past the lock's expiry (suspended,

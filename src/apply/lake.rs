@@ -490,6 +490,43 @@ pub fn refresh(project: &Project, model: &Model, physical: &str, state: &dyn Sta
     relist(project, model, physical, None, state, engine).map(drop)
 }
 
+/// Takes back the files of `intervals` (grain intervals on `grain`) from the version directory
+/// of `physical`, then re-lists its view ([`refresh`]): what an apply that fails wrote there for
+/// a version no environment serves, the directory being another version's too (a forward-only
+/// change keeps it; [`super::inherited::take_back`], which clears those intervals from every
+/// ledger first). A view re-lists a file no ledger calls done while the file exists (a table
+/// keeps a row of an interval not done, invariant 15): deleted, it is no longer listed. A file
+/// that is not there is skipped (never written, or taken back already).
+///
+/// # Errors
+/// [`ApplyError::Target`] naming the model, the interval and why its file could not be deleted
+/// (the files before it are deleted; the view is not re-listed); [`refresh`]'s.
+pub fn take_back(
+    project: &Project,
+    model: &Model,
+    physical: &str,
+    grain: Grain,
+    intervals: &[Interval],
+    state: &dyn StateStore,
+    engine: &mut dyn Engine,
+) -> Result<(), ApplyError> {
+    let dir = version_dir(project, model, physical)?;
+    let s3 = if dir.s3 { crate::ownership::s3_lake(&project.config).map_err(|e| target_error(Some(model), None, e))? } else { None };
+    for &i in intervals {
+        let url = dir.file(&interval_file(i.start, grain));
+        let deleted = match (&s3, dir.s3) {
+            (Some(s3), _) => s3.key_of_url(&url).and_then(|key| s3.delete(&key)),
+            (None, true) => Err("an S3 lake directory, but no S3 lake is configured".to_string()),
+            (None, false) => match fs_err::remove_file(&url) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.to_string()),
+                _ => Ok(()),
+            },
+        };
+        deleted.map_err(|e| target_error(Some(model), Some(i), format!("cannot delete the lake file `{url}`: {e}")))?;
+    }
+    refresh(project, model, physical, state, engine)
+}
+
 /// The columns the view of `physical` anchors (its typed empty relation, [`publish`]): `model`'s
 /// own (declared, in order), then each column another version stored there declares that
 /// `model` lacks, with the type the newest version declaring it records (a snapshot written by

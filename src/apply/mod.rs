@@ -40,12 +40,18 @@
 //! views always end up serving exactly what the state store's pointers say. A lease lost between
 //! the commit of step 5 and step 6 makes the apply put them back itself
 //! (`put_back_after_lost_lock`).
+//!
+//! A version inheriting a table (forward-only, indirect reuse) writes its batches where the
+//! environments serving another version stored there see them before step 5: an apply that
+//! fails takes them back ([`inherited`]), so those environments never go on serving rows of a
+//! version they do not serve, for intervals their ledgers do not hold (SPEC §4 invariant 65).
 
 pub mod audit;
 pub mod batch;
 pub mod contract;
 pub mod ducklake;
 pub mod fault;
+mod inherited;
 pub mod lake;
 pub mod resolve;
 pub mod retry;
@@ -149,6 +155,15 @@ impl Committed {
         let at = |n: &ModelName| position.get(n).copied().unwrap_or(usize::MAX);
         report.built.sort_by_key(|n| at(n));
         report.registered.sort_by_key(|n| at(n));
+    }
+}
+
+/// Takes the intervals `name` recorded done out of `(per_model, intervals)` (an
+/// [`ApplyReport`]'s or a [`Committed`]'s): an apply that failed took them back
+/// ([`inherited::take_back`]).
+fn forget_intervals(per_model: &mut BTreeMap<String, usize>, intervals: &mut usize, name: &ModelName) {
+    if let Some(n) = per_model.remove(&name.to_string()) {
+        *intervals = intervals.saturating_sub(n);
     }
 }
 
@@ -624,7 +639,9 @@ pub(crate) fn execute(
     // catalog (builds, batches, refreshes, a forward-only version's added columns): then it
     // raises the epoch before its first write and again once it is done, failed or not (SPEC §4,
     // invariant 63), stamping the DuckLake catalog too when the project has DuckLake models.
-    let writes_tables = (!work.work.is_empty() || !work.refreshes.is_empty() || plan.actions.iter().any(|a| !a.new_columns.is_empty()))
+    // (A model left to another environment's writes, `Work::left_to_writer`, writes nothing.)
+    let refreshes_here = work.refreshes.iter().any(|r| !work.left_to_writer.contains(r));
+    let writes_tables = (!work.work.is_empty() || refreshes_here || plan.actions.iter().any(|a| !a.new_columns.is_empty()))
         && project.dag.models().any(|m| {
             matches!(m.target, crate::core::Target::Table | crate::core::Target::DuckLake) && m.kind.is_materialized() && !matches!(m.kind, Kind::View)
         });
@@ -879,6 +896,11 @@ fn execute_recorded(
         interval: None,
         message,
     })?;
+    // The store's engine epoch is read before the catalog: a writer stamps the database before
+    // it records its epoch, so an epoch recorded by then is in the catalog read below, and one
+    // recorded while it is read never makes the database look behind (SPEC §4, invariant 63;
+    // `plan::integrity::Observed`).
+    let epoch = state.engine_epoch()?;
     // The relations the plan relies on must exist (one catalog query, on this connection, or
     // the catalog proven current when it opened): what the plan does not restore is refused,
     // never trusted (SPEC §4).
@@ -895,7 +917,7 @@ fn execute_recorded(
     }
     // A database older than the store says (restored, or another one applied since) is refused
     // here too: the plan may have been checked against another catalog (SPEC §4, invariant 63).
-    if let Some(message) = crate::plan::integrity::engine_behind(&project.config, state, &catalog)? {
+    if let Some(message) = crate::plan::integrity::engine_behind(&project.config, state, epoch, &catalog)? {
         return Err(ApplyError::EngineBehind(message));
     }
     let working_set: BTreeSet<ModelName> = work.work.iter().map(|a| a.name.clone()).collect();
@@ -1174,6 +1196,11 @@ fn execute_recorded(
     // With `--retries`: what this attempt committed, taken before the earlier attempts' is merged
     // into its report (added to theirs if it fails after that).
     let mut own: Option<Committed> = None;
+    // What the versions inheriting a table write there, and the done intervals a forward-only
+    // version's batches rewrite, taken from the other versions stored there before any write:
+    // taken back (and given back) if the apply fails ([`inherited`], SPEC §4 invariant 65).
+    let mut wrote = inherited::Wrote::new();
+    let mut cleared = inherited::Cleared::new();
     let outcome = std::thread::scope(|scope| {
         let mut under_way = early_db.map(|db| {
             tracing::debug!(sources = early.len(), "audits of file sources run while the models are built");
@@ -1181,6 +1208,9 @@ fn execute_recorded(
             scope.spawn(move || tracing::dispatcher::with_default(&dispatch, || run_early_audits(db, early, stop)))
         });
         let outcome = (|| -> Result<(), ApplyError> {
+            if !refresh {
+                cleared = inherited::clear_rewritten(project, state, &work)?;
+            }
             if refresh {
                 // Tables this environment shares with `prod`, which writes them under other
                 // audits: audited before anything is refreshed, so no model of this run computes
@@ -1212,6 +1242,7 @@ fn execute_recorded(
                 flights: HashMap::new(),
                 complete: HashMap::new(),
                 stored_in: None,
+                wrote: &mut wrote,
             };
             schedule::schedule(&mut builder, &deps, &parallel, engine, jobs)?;
             // Reported in the plan's (topological) order, whichever finished first.
@@ -1296,6 +1327,18 @@ fn execute_recorded(
         }
         outcome
     });
+    if outcome.is_err() && !refresh && !report.promoted {
+        // Environments serve exactly what their versions' ledgers record: the rows a version
+        // no environment serves wrote into a table they serve are taken back. Not done any
+        // more, their intervals are not reported as committed (a `--retries` attempt computes
+        // them again and counts them).
+        for name in inherited::take_back(project, state, engine, &work, &wrote, &cleared) {
+            forget_intervals(&mut report.per_model, &mut report.intervals, &name);
+            if let Some(own) = own.as_mut() {
+                forget_intervals(&mut own.per_model, &mut own.intervals, &name);
+            }
+        }
+    }
     if let (Err(_), Some(committed)) = (&outcome, &options.committed) {
         // A later attempt reports what this one committed before it failed.
         let mine = own.take().unwrap_or_else(|| Committed::of(&report));
@@ -2178,7 +2221,9 @@ fn pass_start(state: &dyn StateStore, model: &crate::core::Model, fp: &str) -> R
 
 /// True when `before` (the data generation of `model`'s version `fp` before its batches:
 /// [`pass_start`]) is one at which its audits all passed ([`record_pass`]), or when it has no
-/// `interval` audit (its `whole` ones see every batch).
+/// `interval` audit (its `whole` ones see every batch). A run at `before` where only `warn`
+/// audits found rows ([`warned_before`]) does not cover the table: reused, it would hide their
+/// report, so the promotion runs them over the whole table again.
 fn covered_before(state: &dyn StateStore, model: &crate::core::Model, fp: &str, before: Option<i64>) -> Result<bool, StateError> {
     if model.audits.iter().all(|a| a.scope != crate::core::audit::AuditScope::Interval) {
         return Ok(true);
@@ -2188,18 +2233,49 @@ fn covered_before(state: &dyn StateStore, model: &crate::core::Model, fp: &str, 
     Ok(state.audit_pass(&model.name.to_string(), fp)?.is_some_and(|p| p.digest == digest && p.generation == before))
 }
 
-/// After a build of `model`'s version `fp` whose audits (`scope`) all passed inside the
-/// transactions that wrote it: records the pass at the data generation reached, when that is
-/// `before` ([`pass_start`]) plus the `writes` this build recorded (another writer's bump in
+/// True when the same audits ran over the whole table of `model`'s version `fp` at `before`
+/// ([`pass_start`]) and only `warn` audits found rows ([`warned_digest`]): what the table held
+/// then was checked, so batches written over it leave it checked ([`Found::Warnings`]), though
+/// never passed.
+fn warned_before(state: &dyn StateStore, model: &crate::core::Model, fp: &str, before: Option<i64>) -> Result<bool, StateError> {
+    let Some(before) = before else { return Ok(false) };
+    let digest = warned_digest(&audit::pass_digest(model, Some(crate::core::audit::AuditScope::Whole)));
+    Ok(state.audit_pass(&model.name.to_string(), fp)?.is_some_and(|p| p.digest == digest && p.generation == before))
+}
+
+/// What a build's audits found over the data its pass is recorded for ([`record_pass`]); a
+/// blocking audit that found rows failed the build, which records nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Found {
+    /// No audit found a row: a pass, which a view swap to the same data reuses.
+    Nothing,
+    /// Only `warn` audits found rows: the data was checked (what `status` asks of a table shared
+    /// with `prod`), recorded under [`warned_digest`] and never reused as a pass, so the next
+    /// promotion runs them, and reports them, again.
+    Warnings,
+}
+
+impl Found {
+    /// [`Found::Nothing`] when the audits were `clean` ([`audit::clean`]).
+    fn of(clean: bool) -> Found {
+        if clean { Found::Nothing } else { Found::Warnings }
+    }
+}
+
+/// After a build of `model`'s version `fp` whose audits (`scope`) ran inside the transactions
+/// that wrote it, no blocking one finding rows: records the pass (`found` nothing) or the check
+/// (only `warn` audits found rows, [`warned_digest`]) at the data generation reached, when that
+/// is `before` ([`pass_start`]) plus the `writes` this build recorded (another writer's bump in
 /// between proves nothing, so nothing is recorded then). Batches of a time-range version add to
-/// a pass only when the data before them was covered (the caller passes no `before` otherwise:
-/// batches another environment wrote under other audits prove nothing).
+/// a record only when the data before them was covered or checked (the caller passes no
+/// `before` otherwise: batches another environment wrote under other audits prove nothing).
 fn record_pass(
     state: &dyn StateStore,
     model: &crate::core::Model,
     fp: &str,
     scope: Option<crate::core::audit::AuditScope>,
     before: Option<i64>,
+    found: Found,
     writes: usize,
 ) -> Result<(), StateError> {
     let Some(before) = before else { return Ok(()) };
@@ -2208,7 +2284,11 @@ fn record_pass(
     if after != before + i64::try_from(writes).unwrap_or(i64::MAX) {
         return Ok(());
     }
-    state.record_audit_pass(&name, fp, &crate::state::AuditPass { digest: audit::pass_digest(model, scope), generation: after }, interval::now_millis())?;
+    let digest = match found {
+        Found::Nothing => audit::pass_digest(model, scope),
+        Found::Warnings => warned_digest(&audit::pass_digest(model, scope)),
+    };
+    state.record_audit_pass(&name, fp, &crate::state::AuditPass { digest, generation: after }, interval::now_millis())?;
     Ok(())
 }
 
@@ -2401,6 +2481,9 @@ fn promote(
             return Err(in_view_of(project, &plan.env, &owners, e).into());
         }
         fault::crash_point(|| "after-view-swap".to_string());
+        // Test hook: the window between the view swap and the record of the pointers, which
+        // readers of the environment must not take for damage.
+        fault::delay_point("after-view-swap");
         fault::lose_lock_point("after-view-swap", state, &lease);
         undo
     };
@@ -2812,6 +2895,10 @@ enum FlightKind {
         before: Option<i64>,
         /// The table held nothing the batches' audits did not see or a pass covered ([`covered_before`]).
         covered: bool,
+        /// Not covered, but what the table held was checked: only `warn` audits found rows in
+        /// it ([`warned_before`]).
+        warned: bool,
+        /// No audit of the batches (warn ones included) found a row so far.
         clean: bool,
         writes: usize,
         /// The version's data generation its next ledger write expects ([`record_done`]): read
@@ -2855,6 +2942,9 @@ struct Builder<'a, 'p> {
     /// The versions stored in each table, by `(model, physical relation)`: read once, when the
     /// first time-range build is done ([`Builder::heal_sharers`]).
     stored_in: Option<HashMap<(String, String), Vec<String>>>,
+    /// What the versions inheriting a table wrote there, taken back if the apply fails
+    /// ([`inherited::take_back`]).
+    wrote: &'a mut inherited::Wrote,
 }
 
 /// Time-range models of `work` writing into a table that exists before their batches (it held
@@ -3258,7 +3348,7 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
             self.report.audits.add(results);
             self.audited.insert(model.name.clone());
             state.record_build(&snapshot, None, &[], interval::now_millis())?;
-            record_pass(state, model, &snapshot.fingerprint, None, before.filter(|_| clean), 1)?;
+            record_pass(state, model, &snapshot.fingerprint, None, before, Found::of(clean), 1)?;
             seed::drop_stages(project, &BTreeSet::from([model.name.clone()]), engine);
             tracing::info!(model = %model.name, ms = elapsed_ms(started), "build done");
             self.report.built.push(model.name.clone());
@@ -3282,6 +3372,13 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
             }
         }
         if model.target == crate::core::Target::Parquet {
+            if inherited::writes_inherited(project, action)
+                && let Some(t) = model.kind.time_range()
+            {
+                // Its files land in the directory environments serve through another version,
+                // published as batches go: every planned interval counts as written.
+                self.wrote.entry(model.name.clone()).or_default().extend(action.backfill.iter().flat_map(|b| b.split(t.grain)));
+            }
             lake::build(project, model, action, self.exec, &snapshot, built_from.as_deref(), &sharers, state, engine, self.report)?;
             if model.kind.time_range().is_some() && !action.backfill.is_empty() {
                 self.heal_sharers(action)?;
@@ -3366,6 +3463,9 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                     None if model.audits.is_empty() || fresh => true,
                     _ => covered_before(state, model, &snapshot.fingerprint, before)?,
                 };
+                // Checked with warnings: the batches leave it checked, never passed (the
+                // promotion still runs its audits over the whole table, `uncovered`).
+                let warned = !covered && warned_before(state, model, &snapshot.fingerprint, before)?;
                 if n > 0 {
                     self.audited.insert(model.name.clone());
                     if !covered {
@@ -3406,7 +3506,7 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                         started,
                         snapshot,
                         intervals: 0,
-                        what: FlightKind::Batches { batches, grain: t.grain, create_with_first, before, covered, clean: true, writes: 0, seen },
+                        what: FlightKind::Batches { batches, grain: t.grain, create_with_first, before, covered, warned, clean: true, writes: 0, seen },
                     },
                 );
                 let group = std::time::Duration::from_millis(project.config.engine.batch_commit_ms);
@@ -3505,7 +3605,8 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
 
     fn step(&mut self, item: usize, first: usize, results: Vec<schedule::StepResult>) -> Result<(), ApplyError> {
         let state = self.state;
-        let (_, model) = self.model(item);
+        let (action, model) = self.model(item);
+        let inherits = inherited::writes_inherited(self.project, action);
         let flight = self.flights.get_mut(&item).expect("a step of a started model");
         match &mut flight.what {
             FlightKind::Whole { built_from, sharers, before } => {
@@ -3517,7 +3618,7 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                     // The snapshot, the new data generation, what it was built from and the end of
                     // its pending rebuild, in one transaction.
                     state.record_build(&flight.snapshot, built_from.as_deref(), sharers, interval::now_millis())?;
-                    record_pass(state, model, &flight.snapshot.fingerprint, None, before.filter(|_| clean), 1)?;
+                    record_pass(state, model, &flight.snapshot.fingerprint, None, *before, Found::of(clean), 1)?;
                 }
             }
             FlightKind::Batches { batches, grain, create_with_first, clean, writes, seen, .. } => {
@@ -3530,12 +3631,25 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                     let batch = batches[first + k];
                     match result {
                         Ok(results) => {
-                            // A pass is recorded only when no audit (warn ones included) found a row.
+                            // A pass is recorded only when no audit (warn ones included) found a
+                            // row; otherwise the data is recorded as checked ([`Found::Warnings`]).
                             *clean &= audit::clean(&results);
                             self.report.audits.add(results);
                             done.extend(batch.split(*grain));
                         }
                         Err(err) => failure = Some((batch, err)),
+                    }
+                }
+                if inherits {
+                    // Committed into a table environments serve through another version: taken
+                    // back if the apply fails (so is a batch that failed transiently: its commit
+                    // may have landed).
+                    let wrote = self.wrote.entry(model.name.clone()).or_default();
+                    wrote.extend(done.iter().copied());
+                    if let Some((batch, audit::AuditError::Statement(e))) = &failure
+                        && e.transient
+                    {
+                        wrote.extend(batch.split(*grain));
                     }
                 }
                 if !done.is_empty() {
@@ -3565,14 +3679,17 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
     fn finish(&mut self, item: usize) -> Result<(), ApplyError> {
         let (action, model) = self.model(item);
         let flight = self.flights.remove(&item).expect("a started model");
-        if let FlightKind::Batches { batches, before, covered, clean, writes, .. } = &flight.what
+        if let FlightKind::Batches { batches, before, covered, warned, clean, writes, .. } = &flight.what
             && !batches.is_empty()
         {
             // The last batch ran the `whole` audits over the whole table; the ledger was written
             // once per transaction (one or more batches each). Its `interval` audits saw only
-            // the batches written: a pass only when what the table held before was covered.
+            // the batches written: a pass only when what the table held before was covered; a
+            // check (only `warn` audits found rows) when it was checked with warnings, or when a
+            // `warn` audit of the batches found rows; nothing when it was neither.
             let scope = Some(crate::core::audit::AuditScope::Whole);
-            record_pass(self.state, model, &flight.snapshot.fingerprint, scope, before.filter(|_| *clean && *covered), *writes)?;
+            let found = if *clean && *covered { Found::Nothing } else { Found::Warnings };
+            record_pass(self.state, model, &flight.snapshot.fingerprint, scope, before.filter(|_| *covered || *warned), found, *writes)?;
             self.heal_sharers(action)?;
         }
         self.built(action, model, flight.started, flight.intervals)

@@ -1,5 +1,10 @@
 //! `--retries N`: transient failures (an engine or state-store lock held by another process,
-//! I/O errors) are retried with exponential backoff and a warning; SQL errors never are.
+//! I/O errors) are retried with exponential backoff and a warning; SQL errors never are. So is a
+//! stale plan ([`ApplyError::StalePlan`]: another `apply` or `run`, of any environment, wrote the
+//! state store between an attempt's plan and its apply — on Postgres, typically the writer whose
+//! engine lock the attempt waited for): every attempt of the operations retried here plans again
+//! (`run` plans each attempt itself; `apply` plans again and goes on only with the versions the
+//! user confirmed).
 //!
 //! Test hook: `EFMESH_TEST_TRANSIENT=<n>` makes the first `n` attempts of a retried operation
 //! fail at their start with an injected transient engine error (`IO Error: … (test hook)`),
@@ -70,8 +75,17 @@ pub fn is_transient(err: &anyhow::Error) -> bool {
     })
 }
 
+/// True when `err` (anywhere in its chain) is a stale plan ([`ApplyError::StalePlan`]: the state
+/// store changed between the attempt's plan and its apply; nothing was done). Not transient in
+/// itself — the same plan would be refused again — but cured by planning again, which every
+/// attempt of [`with_retries`] does: so it is retried there (see the module docs).
+pub fn is_stale_plan(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| matches!(e.downcast_ref::<ApplyError>(), Some(ApplyError::StalePlan { .. })))
+}
+
 /// Runs `attempt` up to `1 + retries` times while it fails with a transient error
-/// ([`is_transient`]), sleeping [`backoff`] between attempts and logging a warning each time.
+/// ([`is_transient`]) or a stale plan ([`is_stale_plan`]: each attempt must plan again),
+/// sleeping [`backoff`] between attempts and logging a warning each time.
 /// The attempt number (0-based) is passed in.
 ///
 /// # Errors
@@ -81,7 +95,8 @@ pub fn with_retries<T>(retries: u32, what: &str, mut attempt: impl FnMut(u32) ->
 }
 
 /// Runs `attempt` (given the attempt's number) until it succeeds, fails with an error that is
-/// not transient, or `retries` retries were made, waiting [`backoff`] in between.
+/// neither transient nor a stale plan, or `retries` retries were made, waiting [`backoff`] in
+/// between.
 fn retry_loop<T>(retries: u32, what: &str, mut attempt: impl FnMut(u32) -> anyhow::Result<T>) -> anyhow::Result<T> {
     let mut n = 0;
     loop {
@@ -89,6 +104,17 @@ fn retry_loop<T>(retries: u32, what: &str, mut attempt: impl FnMut(u32) -> anyho
             Err(e) if n < retries && is_transient(&e) => {
                 let wait = backoff(n);
                 tracing::warn!(attempt = n + 1, retries, wait_ms = wait.as_millis() as u64, "{what} failed with a transient error, retrying: {e}");
+                std::thread::sleep(wait);
+                n += 1;
+            }
+            Err(e) if n < retries && is_stale_plan(&e) => {
+                let wait = backoff(n);
+                tracing::warn!(
+                    attempt = n + 1,
+                    retries,
+                    wait_ms = wait.as_millis() as u64,
+                    "{what}: another apply or run wrote the state store since this attempt's plan (nothing was done); planning again"
+                );
                 std::thread::sleep(wait);
                 n += 1;
             }
@@ -164,6 +190,29 @@ mod tests {
         assert_eq!(backoff(1), Duration::from_millis(400));
         assert_eq!(backoff(3), Duration::from_millis(1600));
         assert_eq!(backoff(40), MAX_BACKOFF);
+    }
+
+    /// A stale plan is retried (every attempt plans again), without being called transient: the
+    /// same plan would be refused again. Without retries left, it is returned as it came.
+    #[test]
+    fn a_stale_plan_is_retried_as_the_next_attempt_plans_again() {
+        let stale = || -> anyhow::Error { ApplyError::StalePlan { env: "dev".to_string() }.into() };
+        assert!(is_stale_plan(&stale()) && !is_transient(&stale()));
+        assert!(is_stale_plan(&stale().context("run `dev`")), "anywhere in the chain");
+        assert!(!is_stale_plan(&ApplyError::Engine(EngineError::new("", "IO Error: disk hiccup")).into()));
+        let mut calls = 0;
+        let r = retry_loop(2, "run `dev`", |n| {
+            calls += 1;
+            if n < 1 { Err(stale()) } else { Ok(n) }
+        });
+        assert_eq!((r.unwrap(), calls), (1, 2));
+        let mut calls = 0;
+        let r: anyhow::Result<()> = retry_loop(0, "run `dev`", |_| {
+            calls += 1;
+            Err(stale())
+        });
+        assert!(r.is_err_and(|e| is_stale_plan(&e)));
+        assert_eq!(calls, 1, "no retries asked: refused as before");
     }
 
     #[test]

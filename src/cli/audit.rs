@@ -58,8 +58,10 @@ pub(super) fn run(config: &std::path::Path, env: &str, models: &str, json: bool,
     // An engine database older than the state store (a backup restored after later runs) would
     // have its stale rows audited as the environment's: refused as the plan refuses it (SPEC §4,
     // invariant 63).
+    // The store's epoch before the catalog (`plan::integrity::Observed`).
+    let epoch = state.engine_epoch()?;
     let catalog = engine.catalog()?;
-    if let Some(message) = crate::plan::integrity::engine_behind(&project.config, &*state, &catalog)? {
+    if let Some(message) = crate::plan::integrity::engine_behind(&project.config, &*state, epoch, &catalog)? {
         return Err(crate::plan::PlanError::EngineBehind(message).into());
     }
     // Views over lake files (S3 credentials) and DuckLake tables (the attached catalog) bind only

@@ -630,9 +630,11 @@ fn cmd_apply(config: &std::path::Path, env: &str, flags: ApplyFlags, options: &p
 }
 
 /// Applies `plan` under the environment's lock (waiting `flags.wait` for it; a lock still held
-/// is an error naming its holder), retrying transient failures `flags.retries` times: each retry
-/// plans again under the lock and refuses to go on if the versions differ from `plan`'s (what
-/// was confirmed).
+/// is an error naming its holder), retrying transient failures and a stale plan (another `apply`
+/// or `run` wrote the state store between the plan and the engine's open, e.g. the writer whose
+/// Postgres engine lock this apply waited for) `flags.retries` times: each retry plans again
+/// under the lock and refuses to go on if the versions differ from `plan`'s (what was
+/// confirmed).
 fn apply_locked(
     project: &Project,
     plan: Plan,

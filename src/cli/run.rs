@@ -235,8 +235,10 @@ fn committed(state: &dyn StateStore, planned: &Planned, since: Millis) -> BTreeM
     out
 }
 
-/// Plans and refreshes `env` under its lock, retrying transient failures. Every attempt adds the
-/// backfills it hands to the executor to `planned`.
+/// Plans and refreshes `env` under its lock, retrying transient failures and stale plans (another
+/// `apply` or `run`, of any environment, wrote the state store between an attempt's plan and its
+/// engine open: each attempt plans again). Every attempt adds the backfills it hands to the
+/// executor to `planned`.
 fn tick(project: &Project, state: &dyn StateStore, env: &str, retries: u32, jobs: usize, now: Millis, planned: &mut Planned) -> Result<Ticked> {
     // Under the lock, a promotion recorded as under way is an interrupted one: undo it first.
     crate::session::recover_interrupted(project, state)?;

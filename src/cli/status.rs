@@ -19,7 +19,11 @@
 //! lag, a due refresh, `lock-held` and `blocked` are healthy (exit 0). The report is printed
 //! either way. Lag and refreshes are judged by the schedule the environment serves (the `cron`,
 //! grain, `start` and `end` its metadata records: [`Served`]), not the working tree's; a model
-//! whose served schedule cannot be read is listed as not judged.
+//! whose served schedule cannot be read is listed as not judged. What the engine check finds is
+//! judged only when read while no promotion of the environment moved its views
+//! ([`steady_engine_check`]); another process's promotion under way is reported as such
+//! (`promotionInProgress`), never as damage, and an environment whose first promotion is under
+//! way is being created, not absent.
 
 use super::printer::Printer;
 use super::{Exit, load, open_state};
@@ -83,6 +87,21 @@ struct TakenOver {
     missing: i64,
 }
 
+/// Outside `prod`: a unique-key, partition or SCD type 2 model whose table another environment
+/// writes through another version over other parent tables (`plan::WriterHolds::Refreshes`):
+/// never refreshed here, it serves that environment's rows (an SCD history reconciled from that
+/// environment's parents), which `plan`, `apply` and `run` say too ("not refreshed here").
+/// Shown, not a problem: as a time-range model's `leftTo`.
+struct NotRefreshed {
+    model: String,
+    kind: &'static str,
+    /// The environment that refreshes the table.
+    writer: String,
+    /// The instant up to which the writer's last refresh holds rows
+    /// ([`crate::state::refreshed_until`]); `None` when none is recorded.
+    rows_up_to: Option<Millis>,
+}
+
 /// A `full`, unique-key, partition or SCD type 2 model on a `cron`: what `run` last refreshed
 /// it for.
 struct Refresh {
@@ -134,7 +153,13 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     // An environment the state store never held (no pointers, no journal: never applied — a
     // typo such as `prd` for `prod`, a schedule set up before the first apply) serves nothing
     // and every `run` of it exits 2: `Some(the existing environment named most like it)`.
-    let absent: Option<Option<String>> = if pointers.is_empty() && journal.is_empty() {
+    // One without pointers whose promotion is under way (another process's `apply`: its views
+    // created, its pointers not yet recorded) or was recorded since the reads above is being
+    // created (anew, or again after the janitor dropped it), neither absent nor dropped (the
+    // promotion's intent is read first: it is recorded before the views move and dropped with
+    // the pointers' record).
+    let creating = pointers.is_empty() && (state.pending_promotions()?.iter().any(|p| p.env == env) || !state.env_pointers(env)?.is_empty());
+    let absent: Option<Option<String>> = if pointers.is_empty() && journal.is_empty() && !creating {
         let known = state.environments()?;
         Some(crate::core::error::did_you_mean(env, known.iter().map(String::as_str)).map(str::to_string))
     } else {
@@ -144,13 +169,21 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     // An environment the janitor dropped (its pointers gone, its journal's newest row the drop)
     // serves nothing either, and every `run` of it exits 2 until an apply creates it again: when
     // it was dropped.
-    let dropped: Option<String> = expiry.dropped_at.clone().filter(|_| pointers.is_empty());
+    let dropped: Option<String> = expiry.dropped_at.clone().filter(|_| pointers.is_empty() && !creating);
     let ticks = state.ticks(env, TICKS)?;
-    let lease = state.lease(&writer_lease(env, project.config.writes_a_lake()))?;
+    let lease_name = writer_lease(env, project.config.writes_a_lake());
+    let mut lease = state.lease(&lease_name)?;
     let host = host_name();
     // Judged against the clock read with it: the plan below may take longer than a live
     // holder's lease has left, and its renewal would then read as expired.
-    let clock = state.clock()?;
+    let mut clock = state.clock()?;
+    // A holder that released its lock and ended between that read and the judgement (its pid
+    // gone by then) did not leave it stale: a lock judged stale is read again, and judged as it
+    // is then (gone, another holder's, or the same row: stale indeed).
+    if lease.as_ref().is_some_and(|l| is_stale(l, clock, &host)) {
+        lease = state.lease(&lease_name)?;
+        clock = state.clock()?;
+    }
     let lock = lease.as_ref().map(|l| {
         let stale = is_stale(l, clock, &host);
         (l, stale)
@@ -253,7 +286,10 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     // here: `plan::WriterHolds::Refreshes`), with the instant up to which the writer's last
     // refresh holds their rows (`None`: none recorded).
     let mut left_keyed: std::collections::BTreeMap<String, Option<Millis>> = std::collections::BTreeMap::new();
-    if env != crate::core::name::PROD && lags.iter().any(|l| l.behind > 0 || l.gaps > 0) {
+    // The same, as shown: each with the environment writing its table and its kind.
+    let mut not_refreshed: Vec<NotRefreshed> = Vec::new();
+    let keyed_served = pointers.keys().any(|n| ModelName::parse(n).ok().and_then(|m| served.dag.get(&m)).is_some_and(|m| m.kind.is_refreshed()));
+    if env != crate::core::name::PROD && (keyed_served || lags.iter().any(|l| l.behind > 0 || l.gaps > 0)) {
         let others = crate::plan::generations::other_envs(&*state, env, project.config.environments.ttl, now)?;
         let index = state.snapshot_index()?;
         // Every other environment's pointers, expired ones too, read once for every model
@@ -301,14 +337,14 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
         }
         for (name, fp) in &pointers {
             let Ok(model) = ModelName::parse(name) else { continue };
-            if !served.dag.get(&model).is_some_and(|m| m.kind.is_refreshed()) {
-                continue;
-            }
+            let Some(kind) = served.dag.get(&model).filter(|m| m.kind.is_refreshed()).map(|m| m.kind.tag()) else { continue };
             let Some((physical, _)) = index.get(&(name.clone(), fp.clone())) else { continue };
-            if let Some((_, writer_fp, writer_pointers)) = crate::plan::generations::writer_elsewhere(&*state, &index, &others, env, name, fp, physical)?
+            if let Some((writer, writer_fp, writer_pointers)) = crate::plan::generations::writer_elsewhere(&*state, &index, &others, env, name, fp, physical)?
                 && crate::plan::generations::reads_other_parents(&project, &model, &served_here, writer_pointers, &index)
             {
-                left_keyed.insert(name.clone(), crate::state::refreshed_until(&*state, name, writer_fp)?);
+                let rows_up_to = crate::state::refreshed_until(&*state, name, writer_fp)?;
+                left_keyed.insert(name.clone(), rows_up_to);
+                not_refreshed.push(NotRefreshed { model: name.clone(), kind, writer: writer.to_string(), rows_up_to });
             }
         }
     }
@@ -377,6 +413,9 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     // `lock-held` and `blocked` ticks after an error do not make it green.
     let last_errored = newest_deciding_tick(&*state, env, &ticks)?.is_some_and(|t| t.outcome == "error");
     let mut problems = Vec::new();
+    // A promotion of the environment under way while this status read it: its first (the
+    // environment being created), or one moving its views while the engine check read them.
+    let mut promoting = creating;
     if let Some(like) = &absent {
         let like = like.as_ref().map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default();
         problems.push(format!("environment `{env}` does not exist: nothing was applied to it, so every `run {env}` exits 2{like}"));
@@ -411,134 +450,27 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     }
     // What the engine lacks of what the environment serves (a table or view dropped, the file
     // replaced), as the plan finds it: `run` refuses then (exit 2) until an apply restores it.
+    // Read between two marks of the environment's promotions: views another process's
+    // promotion of it is moving are not damage ([`steady_engine_check`]).
     if !pointers.is_empty() {
-        let plan = crate::session::plan_checked_with(&project, &*state, env, now, &crate::plan::Options::default(), None)?;
-        let served = |a: &&crate::plan::Action| matches!(a.change, crate::plan::Change::Unchanged | crate::plan::Change::Metadata);
-        let lost: Vec<String> =
-            plan.actions.iter().filter(served).filter_map(|a| a.repair.as_ref().map(|r| format!("`{}` ({})", a.name, r.summary()))).collect();
-        if !lost.is_empty() {
-            problems.push(format!("the engine lacks what it serves of {} (the next apply restores it; run refuses until then)", lost.join(", ")));
-        }
-        // The plan checks the project's versions: a model whose project version differs from the
-        // one served (an unapplied edit — a `git pull` on a monitoring host —, an older state
-        // export imported, a model removed from the project) is checked here, the version the
-        // state store says the environment serves against the same catalog.
-        let changes: std::collections::HashMap<String, crate::plan::Change> = plan.actions.iter().map(|a| (a.name.to_string(), a.change)).collect();
-        let moved: Vec<(&String, &String, bool)> = pointers
-            .iter()
-            .filter_map(|(name, fp)| match changes.get(name).copied() {
-                Some(crate::plan::Change::Unchanged | crate::plan::Change::Metadata) => None,
-                change => Some((name, fp, change == Some(crate::plan::Change::Removed))),
-            })
-            .collect();
-        if !moved.is_empty() {
-            let index = state.snapshot_index()?;
-            // The served versions with storage (embedded and external models have no storage and
-            // no view): model, fingerprint, physical relation, kind tag, removed from the project.
-            let versions: Vec<(&String, &String, &String, &String, bool)> = moved
-                .iter()
-                .filter_map(|(name, fp, removed)| {
-                    let (physical, kind) = index.get(&((*name).clone(), (*fp).clone()))?;
-                    (!physical.is_empty()).then_some((*name, *fp, physical, kind, *removed))
-                })
-                .collect();
-            if let Some(catalog) = crate::session::engine_catalog(&project)? {
-                for (name, fp, physical, _, removed) in &versions {
-                    let Ok(model) = ModelName::parse(name) else { continue };
-                    for (relation, lack) in crate::plan::integrity::served_missing(env, &model, physical, &catalog) {
-                        lost_served.push(LostServed { model: (*name).clone(), fingerprint: (*fp).clone(), relation, lack, removed: *removed });
-                    }
-                }
+        let (found, moving) = steady_engine_check(&project, &*state, env, now)?;
+        if moving {
+            promoting = true;
+        } else {
+            if !found.repairs.is_empty() {
+                crate::session::warn_repairs(&project, env, &found.repairs);
             }
-            // The storage outside the engine's catalog, as the plan's check (lake files) and the
-            // DuckLake check below find it for the project's versions, for the served ones: every
-            // version of the model stored in the same relation shares its files or table.
-            let mut sharing: std::collections::HashMap<(&str, &str), Vec<String>> = std::collections::HashMap::new();
-            for ((name, fp), (physical, _)) in &index {
-                sharing.entry((name.as_str(), physical.as_str())).or_default().push(fp.clone());
-            }
-            let shared = |name: &String, fp: &String, physical: &String| -> Vec<String> {
-                sharing.get(&(name.as_str(), physical.as_str())).cloned().unwrap_or_else(|| vec![fp.clone()])
-            };
-            for (name, fp, physical, _, removed) in &versions {
-                // Only a local parquet lake has files listed here (its snapshot record says
-                // whether this version is stored there).
-                if crate::plan::integrity::local_lake_dir(&project, physical).is_none() {
-                    continue;
-                }
-                let Some(record) = state.snapshot(name, fp)? else { continue };
-                let storage = crate::plan::integrity::ServedStorage::of(&record);
-                for file in crate::plan::integrity::served_lake_files_missing(&project, &*state, name, physical, storage, &shared(name, fp, physical))? {
-                    lost_served.push(LostServed {
-                        model: (*name).clone(),
-                        fingerprint: (*fp).clone(),
-                        relation: file.display().to_string(),
-                        lack: crate::plan::integrity::Lack::LakeFileMissing,
-                        removed: *removed,
-                    });
-                }
-            }
-            let stored: Vec<Vec<String>> = versions.iter().map(|(name, fp, physical, _, _)| shared(name, fp, physical)).collect();
-            let asked: Vec<(&str, &[String], &str, bool)> = versions
-                .iter()
-                .zip(&stored)
-                .map(|((name, _, physical, kind, _), fps)| (name.as_str(), fps.as_slice(), physical.as_str(), kind.as_str() == "incremental_by_time_range"))
-                .collect();
-            match crate::apply::ducklake::lost_served_versions(&project, &*state, &asked) {
-                Ok(lost) => {
-                    for (i, file) in lost {
-                        let Some((name, fp, physical, _, removed)) = versions.get(i) else { continue };
-                        // The table missing, or a data file of it (its path names the table).
-                        let (relation, lack) = match file {
-                            Some(file) => (file, crate::plan::integrity::Lack::DuckLakeFileMissing),
-                            None => ((*physical).clone(), crate::plan::integrity::Lack::DuckLakeTableMissing),
-                        };
-                        lost_served.push(LostServed { model: (*name).clone(), fingerprint: (*fp).clone(), relation, lack, removed: *removed });
-                    }
-                }
-                Err(e) if e.contains(crate::apply::ducklake::DATA_PATH_MISMATCH) => problems.push(e),
-                Err(e) => tracing::warn!("cannot read the DuckLake catalog's tables, so `--check` does not verify the served versions there: {e}"),
-            }
-            if !lost_served.is_empty() {
-                let named: Vec<String> = lost_served.iter().map(|l| format!("`{}` ({})", l.model, l.lack.describe(&l.relation))).collect();
-                problems.push(format!(
-                    "the engine or its storage lacks what it serves of {}, whose served version the project no longer defines (`apply` repairs it, serving the project's; run refuses until then)",
-                    named.join(", ")
-                ));
-            }
-        }
-        // DuckLake's tables are in another catalog, which the plan does not read: asked here
-        // (`apply` and `run` refuse while one the environment relies on is missing).
-        match crate::apply::ducklake::lost_served(&project, &plan, &*state) {
-            Ok(lost) if !lost.is_empty() => problems.push(format!(
-                "the DuckLake catalog lacks what it serves of {} (apply and run refuse until the catalog is restored or the model recomputed)",
-                lost.join(", ")
-            )),
-            Ok(_) => {}
-            Err(e) if e.contains(crate::apply::ducklake::DATA_PATH_MISMATCH) => {
-                if !problems.contains(&e) {
-                    problems.push(e);
-                }
-            }
-            Err(e) => tracing::warn!("cannot read the DuckLake catalog's tables, so `--check` does not verify them: {e}"),
-        }
-        // A catalog restored from a copy older than the store's epoch (SPEC §4, invariant 63):
-        // `apply` and `run` refuse it.
-        match crate::apply::ducklake::catalog_behind(&project, env, &*state) {
-            Ok(Some(message)) => problems.push(message),
-            Ok(None) => {}
-            Err(e) if e.contains(crate::apply::ducklake::DATA_PATH_MISMATCH) => {
-                if !problems.contains(&e) {
-                    problems.push(e);
-                }
-            }
-            Err(e) => tracing::warn!("cannot read the DuckLake catalog's epoch stamp, so `--check` does not verify it: {e}"),
+            problems.extend(found.problems);
+            lost_served = found.lost_served;
         }
     }
     // Versions served from a table another environment writes under audits lacking one of this
-    // environment's (an added audit only refuses more, SPEC §4 invariant 17): the rows it wrote
-    // since this environment's audits last passed are served unaudited here; `run` audits them
-    // (`apply::shared_table_audits`). Judged only where the project's model is the one served.
+    // environment's (an added audit only refuses more, SPEC §4 invariant 17): when this
+    // environment's audits have not checked the table's rows as they stand (no pass, nor a run
+    // where only `warn` audits found rows, at its current data generation: `prod`'s runs wrote
+    // since, or this environment's last write went unrecorded), they are served unaudited here;
+    // `run` audits them (`apply::shared_table_audits`). Judged only where the project's model is
+    // the one served.
     let mut unaudited: Vec<(String, Vec<String>)> = Vec::new();
     let shared: Vec<(&crate::core::Model, &String)> = pointers
         .iter()
@@ -561,9 +493,11 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     if !unaudited.is_empty() {
         let named: Vec<String> = unaudited.iter().map(|(m, _)| format!("`{m}`")).collect();
         problems.push(format!(
-            "{} serve{} rows another environment wrote under other audits that `{env}`'s audits have not checked (`efmesh run {env}` runs them)",
+            "{} serve{} {} another environment writes under other audits, and `{env}`'s audits have not checked the rows {} holds now (`efmesh run {env}` runs them)",
             named.join(", "),
-            if named.len() == 1 { "s" } else { "" }
+            if named.len() == 1 { "s" } else { "" },
+            if named.len() == 1 { "a table" } else { "tables" },
+            if named.len() == 1 { "it" } else { "each" }
         ));
     }
     // A stale lock is one its holder did not release: a command that stopped without finishing
@@ -588,9 +522,15 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
         out.json(json!({
             "env": env,
             // `false` when the state store never held the environment (`didYouMean`: the
-            // existing one named most like it, or null).
-            "exists": absent.is_none(),
+            // existing one named most like it, or null), its first promotion under way included
+            // (`promotionInProgress`: it is being created, and not said absent).
+            "exists": absent.is_none() && !(creating && journal.is_empty()),
             "didYouMean": absent.as_ref().and_then(|like| like.as_deref()),
+            // `true` when a promotion of it (another process's `apply`) was under way while this
+            // status read it: its first (`exists` is then `false`, and it is not said absent), or
+            // one moving its views while the engine check read them (what the engine holds of
+            // it is not judged: run `status` again once it is recorded).
+            "promotionInProgress": promoting,
             // `true` when the janitor dropped it (`expiry.droppedAt` says when): it serves nothing.
             "dropped": dropped.is_some(),
             "storeVersion": STATE_VERSION,
@@ -625,6 +565,13 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 "dueSince": r.due.map(to_iso),
                 "nextDueAt": r.next_due.map(to_iso),
             })).collect::<Vec<_>>(),
+            // Unique-key, partition and SCD type 2 models left to another environment's refreshes.
+            "notRefreshedHere": not_refreshed.iter().map(|n| json!({
+                "model": n.model,
+                "kind": n.kind,
+                "leftTo": n.writer,
+                "rowsUpTo": n.rows_up_to.map(to_iso),
+            })).collect::<Vec<_>>(),
             // Served models whose schedule the served metadata cannot give (no lag judged).
             "unjudged": unjudged.iter().map(|(m, why)| json!({"model": m, "reason": why})).collect::<Vec<_>>(),
             "signalsError": signals_error,
@@ -652,6 +599,9 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             // A typo of an existing environment's name is said so (its health is not this one's).
             let like = like.as_ref().map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default();
             text.push_str(&format!("environment `{env}` does not exist — the first apply creates it{like}\n"));
+        } else if creating {
+            let which = if journal.is_empty() { "its first promotion" } else { "a promotion of it" };
+            text.push_str(&format!("environment `{env}` is being created: {which} is under way (run `status` again once it is recorded)\n"));
         } else if let Some(at) = &dropped {
             text.push_str(&format!("environment `{env}` {} — the next apply creates it again\n", super::envlife::dropped_phrase(at)));
         } else {
@@ -665,6 +615,12 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
         }
         if let Some(line) = crate::lifecycle::describe(&expiry).filter(|_| !pointers.is_empty()) {
             text.push_str(&format!("{line}\n"));
+        }
+        if promoting && !creating {
+            text.push_str(&format!(
+                "promotion: one of `{env}` is under way (its views moved while this status read them): what the engine holds of it is not \
+                 judged until it is recorded; run `status` again then\n"
+            ));
         }
         match &lock {
             Some((l, false)) => text.push_str(&format!("lock: `{}` held by {} (expires {})\n", l.name, l.holder, l.expires_at)),
@@ -743,6 +699,17 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 None => text.push_str(&format!("  ✓ {}  {last} (cron `{}`{next})\n", r.model, r.cron)),
             }
         }
+        for n in &not_refreshed {
+            let (w, what) = (&n.writer, if n.kind == "scd_type2" { "history" } else { "rows" });
+            let last = match n.rows_up_to {
+                Some(t) => format!("its last refresh there holds rows up to {}", to_iso(t)),
+                None => "no refresh of it recorded there yet".to_string(),
+            };
+            text.push_str(&format!(
+                "  ⇄ {}  not refreshed here: its table is also what `{w}` serves (another version, over other parent tables), so `{env}` serves `{w}`'s {what}, refreshed from `{w}`'s parents ({last}), until both serve the same version of it\n",
+                n.model
+            ));
+        }
         for (m, why) in &unjudged {
             text.push_str(&format!("  ? {m}  not judged: {why}\n"));
         }
@@ -763,7 +730,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
         for (m, writers) in &unaudited {
             let writers: Vec<String> = writers.iter().map(|w| format!("`{w}`")).collect();
             text.push_str(&format!(
-                "  ⚠ {m}  unaudited: {} write{} its shared table under other audits; `{env}`'s audits have not checked the rows written since (`efmesh run {env}` runs them)\n",
+                "  ⚠ {m}  unaudited: {} write{} its shared table under other audits; `{env}`'s audits have not checked the rows it holds now (`efmesh run {env}` runs them)\n",
                 writers.join(", "),
                 if writers.len() == 1 { "s" } else { "" }
             ));
@@ -808,6 +775,200 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
         out.text(&text)?;
     }
     Ok(if check && !healthy { Exit::Error } else { Exit::Success })
+}
+
+/// What `status --check` found the engine or its storage lacking of what an environment serves
+/// ([`engine_check`]).
+struct EngineCheck {
+    /// Its problems, as `health: unhealthy (…)` lists them.
+    problems: Vec<String>,
+    /// What it lacks of the served versions of models the project defines otherwise.
+    lost_served: Vec<LostServed>,
+    /// The plan's repairs ([`crate::plan::integrity::describe`]), for its warning.
+    repairs: Vec<String>,
+}
+
+impl EngineCheck {
+    /// True when nothing was found lacking (the plan may still repair changed models).
+    fn is_clean(&self) -> bool {
+        self.problems.is_empty() && self.lost_served.is_empty()
+    }
+}
+
+/// What the engine or its storage lacks of what `env` serves, `pointers` its pointers read before
+/// the plan: the plan's integrity check for the versions the project defines as served, and for
+/// the served versions the project defines otherwise (or no longer) their relations
+/// ([`crate::plan::integrity::served_missing`]), local lake files and DuckLake tables; then the
+/// DuckLake catalog's own checks.
+///
+/// # Errors
+/// The plan or the state store's reads fail.
+fn engine_check(
+    project: &crate::project::Project,
+    state: &dyn crate::state::StateStore,
+    env: &str,
+    now: Millis,
+    pointers: &std::collections::BTreeMap<String, String>,
+) -> Result<EngineCheck> {
+    let mut problems: Vec<String> = Vec::new();
+    let mut lost_served: Vec<LostServed> = Vec::new();
+    let plan = crate::session::plan_checked_quiet(project, state, env, now, &crate::plan::Options::default())?;
+    let repairs = crate::plan::integrity::describe(project, &plan);
+    let served = |a: &&crate::plan::Action| matches!(a.change, crate::plan::Change::Unchanged | crate::plan::Change::Metadata);
+    let lost: Vec<String> = plan.actions.iter().filter(served).filter_map(|a| a.repair.as_ref().map(|r| format!("`{}` ({})", a.name, r.summary()))).collect();
+    if !lost.is_empty() {
+        problems.push(format!("the engine lacks what it serves of {} (the next apply restores it; run refuses until then)", lost.join(", ")));
+    }
+    // The plan checks the project's versions: a model whose project version differs from the
+    // one served (an unapplied edit — a `git pull` on a monitoring host —, an older state
+    // export imported, a model removed from the project) is checked here, the version the
+    // state store says the environment serves against the same catalog.
+    let changes: std::collections::HashMap<String, crate::plan::Change> = plan.actions.iter().map(|a| (a.name.to_string(), a.change)).collect();
+    let moved: Vec<(&String, &String, bool)> = pointers
+        .iter()
+        .filter_map(|(name, fp)| match changes.get(name).copied() {
+            Some(crate::plan::Change::Unchanged | crate::plan::Change::Metadata) => None,
+            change => Some((name, fp, change == Some(crate::plan::Change::Removed))),
+        })
+        .collect();
+    if !moved.is_empty() {
+        let index = state.snapshot_index()?;
+        // The served versions with storage (embedded and external models have no storage and
+        // no view): model, fingerprint, physical relation, kind tag, removed from the project.
+        let versions: Vec<(&String, &String, &String, &String, bool)> = moved
+            .iter()
+            .filter_map(|(name, fp, removed)| {
+                let (physical, kind) = index.get(&((*name).clone(), (*fp).clone()))?;
+                (!physical.is_empty()).then_some((*name, *fp, physical, kind, *removed))
+            })
+            .collect();
+        if let Some(catalog) = crate::session::engine_catalog(project)? {
+            for (name, fp, physical, _, removed) in &versions {
+                let Ok(model) = ModelName::parse(name) else { continue };
+                for (relation, lack) in crate::plan::integrity::served_missing(env, &model, physical, &catalog) {
+                    lost_served.push(LostServed { model: (*name).clone(), fingerprint: (*fp).clone(), relation, lack, removed: *removed });
+                }
+            }
+        }
+        // The storage outside the engine's catalog, as the plan's check (lake files) and the
+        // DuckLake check below find it for the project's versions, for the served ones: every
+        // version of the model stored in the same relation shares its files or table.
+        let mut sharing: std::collections::HashMap<(&str, &str), Vec<String>> = std::collections::HashMap::new();
+        for ((name, fp), (physical, _)) in &index {
+            sharing.entry((name.as_str(), physical.as_str())).or_default().push(fp.clone());
+        }
+        let shared = |name: &String, fp: &String, physical: &String| -> Vec<String> {
+            sharing.get(&(name.as_str(), physical.as_str())).cloned().unwrap_or_else(|| vec![fp.clone()])
+        };
+        for (name, fp, physical, _, removed) in &versions {
+            // Only a local parquet lake has files listed here (its snapshot record says
+            // whether this version is stored there).
+            if crate::plan::integrity::local_lake_dir(project, physical).is_none() {
+                continue;
+            }
+            let Some(record) = state.snapshot(name, fp)? else { continue };
+            let storage = crate::plan::integrity::ServedStorage::of(&record);
+            for file in crate::plan::integrity::served_lake_files_missing(project, state, name, physical, storage, &shared(name, fp, physical))? {
+                lost_served.push(LostServed {
+                    model: (*name).clone(),
+                    fingerprint: (*fp).clone(),
+                    relation: file.display().to_string(),
+                    lack: crate::plan::integrity::Lack::LakeFileMissing,
+                    removed: *removed,
+                });
+            }
+        }
+        let stored: Vec<Vec<String>> = versions.iter().map(|(name, fp, physical, _, _)| shared(name, fp, physical)).collect();
+        let asked: Vec<(&str, &[String], &str, bool)> = versions
+            .iter()
+            .zip(&stored)
+            .map(|((name, _, physical, kind, _), fps)| (name.as_str(), fps.as_slice(), physical.as_str(), kind.as_str() == "incremental_by_time_range"))
+            .collect();
+        match crate::apply::ducklake::lost_served_versions(project, state, &asked) {
+            Ok(lost) => {
+                for (i, file) in lost {
+                    let Some((name, fp, physical, _, removed)) = versions.get(i) else { continue };
+                    // The table missing, or a data file of it (its path names the table).
+                    let (relation, lack) = match file {
+                        Some(file) => (file, crate::plan::integrity::Lack::DuckLakeFileMissing),
+                        None => ((*physical).clone(), crate::plan::integrity::Lack::DuckLakeTableMissing),
+                    };
+                    lost_served.push(LostServed { model: (*name).clone(), fingerprint: (*fp).clone(), relation, lack, removed: *removed });
+                }
+            }
+            Err(e) if e.contains(crate::apply::ducklake::DATA_PATH_MISMATCH) => problems.push(e),
+            Err(e) => tracing::warn!("cannot read the DuckLake catalog's tables, so `--check` does not verify the served versions there: {e}"),
+        }
+        if !lost_served.is_empty() {
+            let named: Vec<String> = lost_served.iter().map(|l| format!("`{}` ({})", l.model, l.lack.describe(&l.relation))).collect();
+            problems.push(format!(
+                "the engine or its storage lacks what it serves of {}, whose served version the project no longer defines (`apply` repairs it, serving the project's; run refuses until then)",
+                named.join(", ")
+            ));
+        }
+    }
+    // DuckLake's tables are in another catalog, which the plan does not read: asked here
+    // (`apply` and `run` refuse while one the environment relies on is missing).
+    match crate::apply::ducklake::lost_served(project, &plan, state) {
+        Ok(lost) if !lost.is_empty() => problems.push(format!(
+            "the DuckLake catalog lacks what it serves of {} (apply and run refuse until the catalog is restored or the model recomputed)",
+            lost.join(", ")
+        )),
+        Ok(_) => {}
+        Err(e) if e.contains(crate::apply::ducklake::DATA_PATH_MISMATCH) => {
+            if !problems.contains(&e) {
+                problems.push(e);
+            }
+        }
+        Err(e) => tracing::warn!("cannot read the DuckLake catalog's tables, so `--check` does not verify them: {e}"),
+    }
+    // A catalog restored from a copy older than the store's epoch (SPEC §4, invariant 63):
+    // `apply` and `run` refuse it.
+    match crate::apply::ducklake::catalog_behind(project, env, state) {
+        Ok(Some(message)) => problems.push(message),
+        Ok(None) => {}
+        Err(e) if e.contains(crate::apply::ducklake::DATA_PATH_MISMATCH) => {
+            if !problems.contains(&e) {
+                problems.push(e);
+            }
+        }
+        Err(e) => tracing::warn!("cannot read the DuckLake catalog's epoch stamp, so `--check` does not verify it: {e}"),
+    }
+    Ok(EngineCheck { problems, lost_served, repairs })
+}
+
+/// [`engine_check`] of `env` read between two marks of its promotions
+/// ([`crate::plan::integrity::ViewsMark`]: the pointers and whether a promotion of it is under
+/// way): a check that found something is judged only when no promotion of the environment
+/// moved its views between the two (another process's `apply` of it, its views swapped and its
+/// pointers not yet recorded, makes its views look as if they did not serve what the pointers
+/// say: not damage). Otherwise it is read again, at most [`crate::session::STEADY_READS`] times a
+/// moment apart; `true` with the last one when the views were still moving then (a promotion
+/// under way: what it found is not judged).
+///
+/// # Errors
+/// As [`engine_check`].
+fn steady_engine_check(project: &crate::project::Project, state: &dyn crate::state::StateStore, env: &str, now: Millis) -> Result<(EngineCheck, bool)> {
+    use crate::plan::integrity::ViewsMark;
+    let mut before = ViewsMark::read(state, env)?;
+    let mut reads = 1;
+    loop {
+        let found = engine_check(project, state, env, now, &before.pointers)?;
+        if found.is_clean() {
+            return Ok((found, false));
+        }
+        let after = ViewsMark::read(state, env)?;
+        if before.steady(&after) {
+            return Ok((found, false));
+        }
+        if reads >= crate::session::STEADY_READS {
+            return Ok((found, true));
+        }
+        tracing::debug!(env = %env, reads, "a promotion of `{env}` moved its views while they were read: reading them again");
+        std::thread::sleep(crate::session::steady_pause(reads));
+        before = after;
+        reads += 1;
+    }
 }
 
 /// The project's DAG as an environment serves it, by which `status` judges lag and refreshes:

@@ -42,6 +42,15 @@
 //! reads or recorded, at no extra query; on an engine several processes write at once
 //! (Postgres), stamping holds a transaction-scoped lock and re-reads the stamp under it
 //! ([`crate::engine::dialect::Dialect::comment_guard`]), so two stampers never lower it.
+//!
+//! Whoever compares the two reads the store's epoch BEFORE the catalog
+//! (`plan::integrity::Observed`): a writer stamps before it records, so every epoch the store
+//! recorded by then is already stamped in the catalog read after it, while a writer stamping and
+//! recording between a catalog read and a later read of the store's epoch (another process's
+//! `run` on a Postgres database two checkouts share, or on a DuckDB file once the reader let go
+//! of it) would make a current database look behind. The one record made before its stamp is
+//! the deliberate one above (another writer issued an epoch since: this database is to end
+//! behind).
 
 use super::{Catalog, Engine, EngineError, STORAGE_SCHEMA};
 use crate::core::name::{quote_ident, quote_literal};

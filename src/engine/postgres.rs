@@ -91,8 +91,10 @@ impl Postgres {
     /// while any connection of an earlier writer is alive.
     ///
     /// # Errors
-    /// As [`Postgres::open`]; another process holding either lock fails at once with a message
-    /// `apply --retries` treats as transient (`Lock Error: …`).
+    /// As [`Postgres::open`]; another process holding either lock after a second of asking
+    /// ([`Postgres::try_lock_awhile`]) fails with a message `apply --retries` treats as transient
+    /// (`Lock Error: …`). A writer that let go within that second may have written the state
+    /// store meanwhile: the caller's plan is then stale, which `--retries` also plans again.
     pub fn open_writer(url: &str) -> Result<Self, EngineError> {
         let mut db = Self::open(url, false)?;
         let busy = |db: &Postgres, why: &str| {
@@ -371,6 +373,30 @@ impl Postgres {
         Ok(rows.into_iter().skip(1).collect())
     }
 
+    /// [`Self::rows_qualified`] of a catalog query (the catalog, the views' definitions), run
+    /// again while it loses a race with another session changing the catalog under it
+    /// ([`lost_catalog_race`]: a view dropped between the query's snapshot and `pg_get_viewdef`,
+    /// as a promotion of another process drops and re-creates an environment's views; a
+    /// deadlock with that session's locks), at most [`CATALOG_READS`] times, a moment apart:
+    /// each read is a new snapshot, which no longer lists the view dropped. One that keeps losing
+    /// fails with [`catalog_race_error`] (transient), never with the server's internal message.
+    fn catalog_rows(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, EngineError> {
+        let mut reads = 1;
+        loop {
+            match self.rows_qualified(sql) {
+                Err(e) if lost_catalog_race(e.code.as_deref(), &e.message) => {
+                    if reads >= CATALOG_READS {
+                        return Err(catalog_race_error(&self.location, reads, &e));
+                    }
+                    tracing::debug!(reads, "the catalog changed while it was read ({}): reading it again", e.message);
+                    std::thread::sleep(std::time::Duration::from_millis(25 * u64::from(reads)));
+                    reads += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
     fn ensure_meta(&mut self) -> Result<(), EngineError> {
         let s = quote_ident(META_SCHEMA);
         self.transaction(&[
@@ -386,6 +412,48 @@ impl Postgres {
         let rows = self.rows(&format!("SELECT to_regclass({}) IS NOT NULL", quote_literal(&format!("{}.uses", quote_ident(META_SCHEMA)))))?;
         Ok(rows.first().and_then(|r| r.first().cloned().flatten()).as_deref() == Some("t"))
     }
+}
+
+/// How many times a catalog query that lost a race with another session's change of the
+/// catalog ([`lost_catalog_race`]) is run before it fails ([`Postgres::catalog_rows`]).
+const CATALOG_READS: u32 = 5;
+
+/// True when a catalog query failed with `code` (its SQLSTATE) and `message` because another
+/// session changed the catalog while it ran, which reading it again does not meet: a relation its
+/// snapshot lists was dropped before `pg_get_viewdef` opened it (`XX000`, `could not open
+/// relation with OID …` or `cache lookup failed for relation …`: the view of an environment a
+/// promotion of another process drops and re-creates when its columns change, a version the
+/// janitor drops), or the server broke a deadlock between the locks `pg_get_viewdef` takes on
+/// what a view reads and those of a session replacing views (`40P01`). `XX000` is the server's
+/// code for any internal error: only those two texts count under it.
+fn lost_catalog_race(code: Option<&str>, message: &str) -> bool {
+    match code {
+        Some("XX000") => message.contains("could not open relation with OID") || message.contains("cache lookup failed for relation"),
+        Some("40P01") => true,
+        _ => false,
+    }
+}
+
+/// The failure of a catalog query of the engine database `location` that lost its race with
+/// another session ([`lost_catalog_race`]) `reads` times in a row, `last` the last of them:
+/// transient (`--retries` runs the command again), its SQLSTATE kept, saying what happened in
+/// efmesh's words — never the server's internal message naming an OID, nor the catalog query.
+fn catalog_race_error(location: &str, reads: u32, last: &EngineError) -> EngineError {
+    let why = if last.code.as_deref() == Some("40P01") {
+        "each read ended in a deadlock with another session's locks on the views it reads"
+    } else {
+        "another session dropped a view while each read listed it"
+    };
+    let mut error = EngineError::new(
+        "",
+        format!(
+            "cannot read the catalog of the Postgres engine database `{location}`: {why} ({reads} reads in a row; another efmesh process promoting an \
+             environment drops and re-creates its views, the janitor drops versions); try again when it is done"
+        ),
+    )
+    .transient();
+    error.code.clone_from(&last.code);
+    error
 }
 
 /// Whether the running command writes nothing (`plan`, `status`, `diff`, `preview`, ...: set by
@@ -720,7 +788,7 @@ impl Engine for Postgres {
 
     fn catalog(&mut self) -> Result<super::Catalog, EngineError> {
         // Views carry their definition as `CREATE VIEW <name> AS <query>`, as DuckDB reports it.
-        let rows = self.rows_qualified(
+        let rows = self.catalog_rows(
             "SELECT n.nspname, c.relname, obj_description(c.oid, 'pg_class'), \
                     CASE WHEN c.relkind = 'v' THEN 'CREATE VIEW ' || quote_ident(n.nspname) || '.' || quote_ident(c.relname) || ' AS ' || pg_get_viewdef(c.oid) END \
              FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
@@ -738,7 +806,7 @@ impl Engine for Postgres {
         let schemas: std::collections::BTreeSet<&str> = views.iter().map(|(s, _)| s.as_str()).collect();
         let list: Vec<String> = schemas.iter().map(|s| quote_literal(s)).collect();
         let wanted: std::collections::BTreeSet<&(String, String)> = views.iter().collect();
-        let rows = self.rows_qualified(&format!(
+        let rows = self.catalog_rows(&format!(
             "SELECT n.nspname, c.relname, pg_get_viewdef(c.oid) FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
              WHERE c.relkind = 'v' AND n.nspname IN ({})",
             list.join(", ")
@@ -904,6 +972,42 @@ mod tests {
         };
         let lost = EngineError::new("", "connection closed: the server does not exist any more");
         assert_eq!([&gone, &io, &lost].map(|e| is_unbindable(e.code.as_deref())), [true, false, false]);
+    }
+
+    /// A catalog query read again is one that lost a race with another session changing the
+    /// catalog (a view dropped under `pg_get_viewdef`, a deadlock with a promotion's locks): by
+    /// the SQLSTATE, and under the server's catch-all `XX000` by those two texts alone. One that
+    /// keeps losing fails transient, in efmesh's words: neither the server's OID nor the query.
+    #[test]
+    fn a_catalog_read_losing_a_race_with_a_drop_is_read_again_and_then_fails_transient() {
+        for (code, message) in [
+            (Some("XX000"), "ERROR: could not open relation with OID 116328"),
+            (Some("XX000"), "ERROR: cache lookup failed for relation 116328"),
+            (Some("40P01"), "ERROR: deadlock detected"),
+        ] {
+            assert!(lost_catalog_race(code, message), "{code:?} {message}");
+        }
+        for (code, message) in [
+            (Some("XX000"), "ERROR: unexpected chunk number 0 (expected 1) for toast value 1 in pg_toast_2618"),
+            (Some("42P01"), "ERROR: could not open relation with OID 116328"),
+            (Some("55P03"), "ERROR: canceling statement due to lock timeout"),
+            (None, "could not open relation with OID 116328"),
+        ] {
+            assert!(!lost_catalog_race(code, message), "{code:?} {message}");
+        }
+        let query = "SELECT set_config('search_path', '', true); SELECT pg_get_viewdef(c.oid) FROM pg_catalog.pg_class c";
+        let last = EngineError { code: Some("XX000".to_string()), ..EngineError::new(query, "ERROR: could not open relation with OID 116328") };
+        let e = catalog_race_error("postgres://etl@db:5432/eng", CATALOG_READS, &last);
+        // `--retries` retries it (`EngineError::transient`).
+        assert!(e.transient, "{e}");
+        assert_eq!(e.code.as_deref(), Some("XX000"));
+        let said = e.to_string();
+        assert!(said.contains("`postgres://etl@db:5432/eng`") && said.contains("another session dropped a view") && said.contains("try again"), "{said}");
+        for raw in ["OID", "pg_get_viewdef", "set_config", "while running"] {
+            assert!(!said.contains(raw), "{raw}: {said}");
+        }
+        let deadlock = EngineError { code: Some("40P01".to_string()), ..EngineError::new("SELECT 1", "ERROR: deadlock detected") };
+        assert!(catalog_race_error("db", 2, &deadlock).to_string().contains("deadlock"));
     }
 
     #[test]

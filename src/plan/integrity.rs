@@ -699,13 +699,87 @@ pub fn local_lake_dir(project: &Project, physical: &str) -> Option<std::path::Pa
     Some(Path::new(&root).join(model).join(fp))
 }
 
-/// Checks `plan` against the engine's `catalog` and turns what is missing into work of the plan
-/// (see the module docs); `has_changes` follows.
+/// The engine's catalog as a plan checks it, with the state store's engine epoch
+/// ([`StateStore::engine_epoch`]) read BEFORE the catalog was queried or recalled. Every writer
+/// stamps the engine database with an epoch before it records that epoch in the store
+/// ([`crate::engine::epoch`]), so any epoch the store recorded by then is stamped in this
+/// catalog: a writer that stamps and records between the two reads (another process's `run` or
+/// `apply`, on a Postgres engine shared by two checkouts, or on a DuckDB file between a plan's
+/// catalog read and its check) never makes a current database look older than the store
+/// ([`engine_behind`]). Read the other way round, the store's epoch could be one the catalog was
+/// read too early to hold.
+#[derive(Debug, Clone, Copy)]
+pub struct Observed<'a> {
+    /// The engine's catalog.
+    pub catalog: &'a Catalog,
+    /// The store's engine epoch, read before `catalog`.
+    pub epoch: i64,
+}
+
+impl<'a> Observed<'a> {
+    /// `catalog`, read after the store's engine epoch `epoch`.
+    pub fn new(catalog: &'a Catalog, epoch: i64) -> Self {
+        Observed { catalog, epoch }
+    }
+}
+
+/// What says whether the views of an environment moved between two reads of the state store
+/// ([`ViewsMark::steady`]): its pointers, and whether a promotion of it is recorded as under way
+/// ([`StateStore::pending_promotions`]). A promotion records its intent, moves the views (one
+/// engine transaction), then records the new pointers and drops the intent in one state
+/// transaction; undoing an interrupted one moves the views back under the same intent. So a
+/// catalog read between two marks with no promotion under way and the same pointers shows the
+/// views those pointers serve; otherwise a promotion of the environment (another process's
+/// `apply`, its view swap done, its record not yet) may have moved them while they were read,
+/// and views that disagree with the pointers are not damage until a steady read says so
+/// (`status --check`, `session::plan_checked_with`). On Postgres readers see the swap as soon as
+/// it commits; on DuckDB the promoting process holds the file, so a reader cannot read the
+/// catalog meanwhile (a promotion must then fall entirely between its pointers and its catalog).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ViewsMark {
+    /// The environment's pointers: model name → fingerprint.
+    pub pointers: std::collections::BTreeMap<String, String>,
+    /// A promotion of the environment is recorded as under way (its views may be moving).
+    pub promoting: bool,
+}
+
+impl ViewsMark {
+    /// The mark of `env` now: two reads (the promotions under way, then its pointers).
+    ///
+    /// # Errors
+    /// The state store's reads.
+    pub fn read(state: &dyn StateStore, env: &str) -> Result<Self, crate::state::StateError> {
+        let promoting = state.pending_promotions()?.iter().any(|p| p.env == env);
+        Ok(ViewsMark { pointers: state.env_pointers(env)?, promoting })
+    }
+
+    /// The mark `plan` was computed at: the pointers it read (its environment's version of every
+    /// model but an added one: [`Action::previous`], or its own version where they agree, a
+    /// removed model's included), read before its catalog; no promotion known under way.
+    pub fn of_plan(plan: &Plan) -> Self {
+        let pointers = plan
+            .actions
+            .iter()
+            .filter(|a| a.change != Change::Added)
+            .map(|a| (a.name.to_string(), a.previous.as_ref().unwrap_or(&a.fingerprint).as_str().to_string()))
+            .collect();
+        ViewsMark { pointers, promoting: false }
+    }
+
+    /// True when no view of the environment moved from `self` (read before a catalog read) to
+    /// `after` (read after it): no promotion under way at either, and the same pointers.
+    pub fn steady(&self, after: &ViewsMark) -> bool {
+        !self.promoting && !after.promoting && self.pointers == after.pointers
+    }
+}
+
+/// Checks `plan` against the engine's catalog (`engine`, read after the store's engine epoch)
+/// and turns what is missing into work of the plan (see the module docs); `has_changes` follows.
 ///
 /// # Errors
 /// [`PlanError::State`] when the snapshots sharing a lost table cannot be read.
-pub fn check(project: &Project, state: &dyn StateStore, plan: &mut Plan, catalog: &Catalog) -> Result<(), PlanError> {
-    check_skipping(project, state, plan, catalog, &|_| false).map(|_| ())
+pub fn check(project: &Project, state: &dyn StateStore, plan: &mut Plan, engine: Observed<'_>) -> Result<(), PlanError> {
+    check_skipping(project, state, plan, engine, &|_| false).map(|_| ())
 }
 
 /// [`check`], taking the actions of the models `skip` says as needing nothing (the caller
@@ -718,16 +792,17 @@ pub fn check_skipping(
     project: &Project,
     state: &dyn StateStore,
     plan: &mut Plan,
-    catalog: &Catalog,
+    engine: Observed<'_>,
     skip: &dyn Fn(&crate::core::ModelName) -> bool,
 ) -> Result<std::collections::HashSet<crate::core::ModelName>, PlanError> {
+    let catalog = engine.catalog;
     let root = Root::of(project);
     let mut index = None;
     refuse_foreign_relations(project, plan, catalog)?;
-    if let Some(message) = engine_behind(&project.config, state, catalog)? {
+    if let Some(message) = engine_behind(&project.config, state, engine.epoch, catalog)? {
         return Err(PlanError::EngineBehind(message));
     }
-    if let Some(warning) = engine_new_to_store(&project.config, state, catalog)? {
+    if let Some(warning) = engine_new_to_store(&project.config, state, engine.epoch, catalog)? {
         tracing::warn!("{warning}");
     }
     let checked: Vec<bool> = plan.actions.iter().map(|a| a.change == Change::Removed || !skip(&a.name)).collect();
@@ -954,14 +1029,19 @@ pub fn ducklake_files_lost(
 }
 
 /// Why the engine database `catalog` describes cannot be trusted: its epoch stamp for this
-/// state store is lower than the epoch the store records while it holds a table of one of the
-/// store's versions ([`crate::engine::epoch::behind`]); `None` otherwise (a new file: the plan's
-/// repairs rebuild what it lacks).
+/// state store is lower than `recorded`, the epoch the store records ([`StateStore::engine_epoch`],
+/// which the caller reads BEFORE it reads the catalog: see [`Observed`]), while it holds a table
+/// of one of the store's versions ([`crate::engine::epoch::behind`]); `None` otherwise (a new
+/// file: the plan's repairs rebuild what it lacks).
 ///
 /// # Errors
 /// The state store's reads.
-pub fn engine_behind(config: &crate::config::Config, state: &dyn StateStore, catalog: &Catalog) -> Result<Option<String>, crate::state::StateError> {
-    let recorded = state.engine_epoch()?;
+pub fn engine_behind(
+    config: &crate::config::Config,
+    state: &dyn StateStore,
+    recorded: i64,
+    catalog: &Catalog,
+) -> Result<Option<String>, crate::state::StateError> {
     if recorded == 0 {
         return Ok(None);
     }
@@ -986,12 +1066,17 @@ pub fn engine_behind(config: &crate::config::Config, state: &dyn StateStore, cat
 /// records writes ([`engine_behind`] lets it through: a new file, the plan rebuilds what it
 /// lacks): a warning saying so, and that once this database is written any other database this
 /// store wrote (the one the project used before: moved, or another checkout's) is refused as
-/// older. `None` for a database the store's writes went to, or a store that wrote none.
+/// older. `recorded` is the store's engine epoch, read before the catalog ([`Observed`]).
+/// `None` for a database the store's writes went to, or a store that wrote none.
 ///
 /// # Errors
 /// The state store's reads.
-pub fn engine_new_to_store(config: &crate::config::Config, state: &dyn StateStore, catalog: &Catalog) -> Result<Option<String>, crate::state::StateError> {
-    let recorded = state.engine_epoch()?;
+pub fn engine_new_to_store(
+    config: &crate::config::Config,
+    state: &dyn StateStore,
+    recorded: i64,
+    catalog: &Catalog,
+) -> Result<Option<String>, crate::state::StateError> {
     if recorded == 0 || crate::engine::epoch::stamped(catalog, &state.store_id()?) >= recorded {
         return Ok(None);
     }
@@ -1307,6 +1392,26 @@ pub fn unplanned(project: &Project, plan: &Plan, catalog: &Catalog) -> Vec<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Views found disagreeing with the pointers count only when read between two marks with no
+    /// promotion of the environment under way and the same pointers: a promotion recorded as
+    /// under way at either read (its views may be moving), or pointers that changed between them
+    /// (one completed in between), means the catalog may show another moment than the pointers.
+    #[test]
+    fn views_read_between_two_marks_are_judged_only_when_no_promotion_moved_them() {
+        let mark = |pairs: &[(&str, &str)], promoting: bool| ViewsMark {
+            pointers: pairs.iter().map(|(n, f)| ((*n).to_string(), (*f).to_string())).collect(),
+            promoting,
+        };
+        let before = mark(&[("m.t", "aa"), ("m.d", "dd")], false);
+        assert!(before.steady(&mark(&[("m.t", "aa"), ("m.d", "dd")], false)), "nothing moved");
+        assert!(!before.steady(&mark(&[("m.t", "bb"), ("m.d", "dd")], false)), "a promotion completed in between");
+        assert!(!before.steady(&mark(&[("m.t", "aa"), ("m.d", "dd")], true)), "a promotion under way after the read (its swap may be done)");
+        assert!(!mark(&[("m.t", "aa")], true).steady(&mark(&[("m.t", "aa")], false)), "one under way before it (an undo moves the views back)");
+        assert!(!before.steady(&mark(&[("m.t", "aa")], false)), "a model removed by a promotion in between");
+        assert!(mark(&[], false).steady(&mark(&[], false)), "an environment that does not exist, before and after");
+        assert!(!mark(&[], false).steady(&mark(&[("m.t", "aa")], false)), "its first promotion completed in between");
+    }
 
     #[test]
     fn a_view_is_efmeshs_when_it_reads_efmeshs_storage_as_either_engine_renders_it() {

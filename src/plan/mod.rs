@@ -2129,9 +2129,10 @@ fn mark_stale_builds(
     Ok(())
 }
 
-/// [`plan_with`], then the plan checked against the engine's `catalog` ([`integrity::check`]):
-/// what the engine lacks becomes work of the plan. Replayed and computed plans are checked
-/// alike. `None` skips the check (apply still refuses a plan that missed something).
+/// [`plan_with`], then the plan checked against the engine's catalog (`catalog`, read after the
+/// store's engine epoch: [`integrity::Observed`]; [`integrity::check`]): what the engine lacks
+/// becomes work of the plan. Replayed and computed plans are checked alike. `None` skips the
+/// check (apply still refuses a plan that missed something).
 ///
 /// # Errors
 /// As [`plan_with`].
@@ -2141,7 +2142,7 @@ pub fn plan_verified(
     env: &str,
     now: Millis,
     options: &Options,
-    catalog: Option<&crate::engine::Catalog>,
+    catalog: Option<integrity::Observed<'_>>,
 ) -> Result<Plan, PlanError> {
     plan_verified_with(project, state, env, now, options, catalog, None)
 }
@@ -2156,7 +2157,7 @@ pub fn plan_verified_with(
     env: &str,
     now: Millis,
     options: &Options,
-    catalog: Option<&crate::engine::Catalog>,
+    catalog: Option<integrity::Observed<'_>>,
     versions: Option<&mut VersionMemo>,
 ) -> Result<Plan, PlanError> {
     let mut versions = versions;

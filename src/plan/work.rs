@@ -235,21 +235,29 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
         // version there) through another version over other parent tables: a refresh here would
         // write rows computed from this environment's parents into what it serves. Left as it
         // keeps it (as a shared `full` table is, SPEC §4 invariant 36 (e)); decided by the plan
-        // ([`super::WriterHolds::Refreshes`]).
-        if refreshed_here && let super::WriterHolds::Refreshes { writer, settings, .. } = &a.writer_holds {
+        // ([`super::WriterHolds::Refreshes`]). Over other parent tables it is said whether a
+        // refresh is due here or not (a plan with nothing to do too): the rows served here are
+        // the writer's, computed from parents this environment does not serve (`prod`'s
+        // forward-only change below a changed parent leaves `dev` serving a history reconciled
+        // from `prod`'s parent). Under other settings (the same version, the same parents),
+        // only when a refresh is due here.
+        if let super::WriterHolds::Refreshes { writer, settings, .. } = &a.writer_holds
+            && (refreshed_here || (!*settings && !a.build && !a.register))
+        {
             refreshed_here = false;
-            let why = if *settings {
-                "this very version, under other `cron`/audits/statements, which decide what is written there"
+            let (why, until) = if *settings {
+                (
+                    "this very version, under other `cron`/audits/statements, which decide what is written there",
+                    format!(" until `{writer}` serves this change too"),
+                )
             } else {
-                "another version, over other parent tables"
+                ("another version, over other parent tables", format!(", refreshed from `{writer}`'s parents, until both serve the same version of it"))
             };
             leave(
                 &mut refreshes,
                 &mut left_to_writer,
                 &a.name,
-                format!(
-                    "not refreshed here: its table is also what `{writer}` serves ({why}), so it keeps `{writer}`'s rows until `{writer}` serves this change too"
-                ),
+                format!("not refreshed here: its table is also what `{writer}` serves ({why}), so it keeps `{writer}`'s rows{until}"),
             );
         }
         if refreshed_here && pending_refresh {

@@ -234,7 +234,8 @@ fn a_warn_audit_that_found_rows_runs_again_at_every_promotion(engine: EngineBack
     let p = project(engine, EVENTS, "audit.unique { \"region\", blocking = false, scope = \"whole\" }");
     let dev = p.apply("dev");
     assert!(audits_of(&dev, "s.daily").iter().any(|a| a["violations"].as_u64() > Some(0)), "{dev:#}");
-    // Its pass is not recorded: the promotion runs it again and reports the warning again.
+    // Recorded as a check, never as a pass: the promotion runs it again and reports the warning
+    // again.
     let prod = p.apply("prod");
     let daily = audits_of(&prod, "s.daily");
     assert_eq!(daily.len(), 1, "{prod:#}");

@@ -25,6 +25,8 @@ on_every_engine!(
     rows_prod_writes_into_a_table_dev_serves_with_an_audit_more_are_audited_by_devs_run,
     prod_is_never_told_of_the_audits_another_environment_lacks,
     a_warn_audit_that_found_rows_on_a_shared_table_has_checked_it,
+    a_warn_audit_on_a_shared_full_table_has_checked_what_devs_own_builds_wrote,
+    a_warn_audit_on_a_shared_time_range_table_has_checked_the_batches_devs_runs_add,
 );
 
 /// A project on `engine` whose models may be Lua, Rhai or SQL files.
@@ -685,6 +687,89 @@ fn a_warn_audit_that_found_rows_on_a_shared_table_has_checked_it(engine: EngineB
     let again = p.run(&["run", "dev"]);
     again.expect_code(0);
     assert_eq!(warned(&again), 1, "the warn audit is not reused as a pass: {}", again.stderr);
+}
+
+/// `status dev --json` says every table `dev` shares with `prod` was checked by `dev`'s audits.
+#[track_caller]
+fn checked_by_devs_audits(p: &Project, when: &str) {
+    let status = p.run(&["status", "dev", "--json"]).expect_code(0).json();
+    assert_eq!((status["unaudited"].clone(), status["healthy"].clone()), (serde_json::json!([]), serde_json::json!(true)), "{when}: {status:#}");
+}
+
+/// `dev` adds a `warn` audit to `prod`'s `full` version (one table, `prod` writes it under no
+/// audit). `dev`'s own apply and run rebuild it (its parent gets new intervals) and the audit,
+/// inside each build, finds its row: those builds checked what they wrote, so `status dev` stays
+/// healthy (only a clean build was recorded: `dev` stayed `unaudited` for good, every run's
+/// warning notwithstanding). The check is never reused as a pass: another promotion of the same
+/// data runs the audit, and warns, again.
+fn a_warn_audit_on_a_shared_full_table_has_checked_what_devs_own_builds_wrote(engine: EngineBackend) {
+    let clean = EVENTS.replace(",,30", ",east,30");
+    let mut p = daily_project(engine, &clean, "");
+    let total = |audits: &str| {
+        format!(
+            r#"define_model {{
+  name = "a.total", kind = kind.full(), schema = {{ {{ "total", "bigint" }} }},
+  audits = {{ {audits} }},
+  query = "SELECT CAST(sum(amount) AS BIGINT) AS total FROM " .. ref("s.daily"),
+}}
+"#
+        )
+    };
+    p.write("models/total.lua", &total(""));
+    p.apply("prod");
+    // 105 in all, and more each day: the audit always finds its one row.
+    p.write("models/total.lua", &total("audit.expression { \"total < 100\", blocking = false }"));
+    let warned = |run: &Run| run.stderr.lines().filter(|l| l.contains("level=warn") && l.contains("expression(total < 100)")).count();
+    load_events(&p, &format!("{clean}2026-01-06 10:00:00,north,1\n"));
+    p.now = "2026-01-07T00:00:00Z".into();
+    let applied = p.run(&["apply", "dev", "--yes", "--json"]);
+    applied.expect_code(0);
+    let v = applied.json();
+    assert!(v["built"].as_array().is_some_and(|b| b.iter().any(|m| m == "a.total")), "`dev`'s apply rebuilds the shared table: {v:#}");
+    assert_eq!(violations(&v, "a.total", "expression(total < 100)"), 1, "{v:#}");
+    checked_by_devs_audits(&p, "after dev's apply");
+
+    load_events(&p, &format!("{clean}2026-01-06 10:00:00,north,1\n2026-01-07 10:00:00,north,1\n"));
+    p.now = "2026-01-08T00:00:00Z".into();
+    let run = p.run(&["run", "dev"]);
+    run.expect_code(0);
+    assert!(warned(&run) >= 1, "{}", run.stderr);
+    checked_by_devs_audits(&p, "after dev's run");
+
+    // The same data promoted again (a new environment: a view swap) runs the audit again.
+    let staging = p.run(&["apply", "staging", "--yes", "--json"]);
+    staging.expect_code(0);
+    assert!(warned(&staging) >= 1, "a check is not reused as a pass: {}", staging.stderr);
+    let v = staging.json();
+    assert_eq!(v["built"], serde_json::json!([]), "{v:#}");
+    assert_eq!(v["auditsReused"], serde_json::json!([]), "{v:#}");
+}
+
+/// `dev` adds a `warn` audit to `prod`'s time-range version; `prod` computed the 3rd, which lacks
+/// its region, under no audit. `dev`'s apply computes the 4th and its promotion audits the whole
+/// table (it warns of the 3rd); each `run dev` audits the table again (it warns) and computes a
+/// new day over it: that batch was checked, on a table checked before it, so `status dev` stays
+/// healthy (it went `unaudited` after every run that computed a day).
+fn a_warn_audit_on_a_shared_time_range_table_has_checked_the_batches_devs_runs_add(engine: EngineBackend) {
+    let mut p = daily_project(engine, EVENTS, "");
+    let without = p.read("models/daily.lua");
+    let warn = without.replace("audits = {  },", "audits = { audit.not_null { \"region\", blocking = false } },");
+    assert_ne!(warn, without);
+    p.now = "2026-01-04T00:00:00Z".into();
+    p.apply("prod");
+    p.write("models/daily.lua", &warn);
+    p.now = "2026-01-05T00:00:00Z".into();
+    p.apply("dev");
+    checked_by_devs_audits(&p, "after dev's apply");
+    let warned = |run: &Run| run.stderr.lines().filter(|l| l.contains("level=warn") && l.contains("not_null(region)")).count();
+    for (now, day) in [("2026-01-06T00:00:00Z", "2026-01-05T00:00:00.000Z"), ("2026-01-07T00:00:00Z", "2026-01-06T00:00:00.000Z")] {
+        p.now = now.into();
+        let run = p.run(&["run", "dev"]);
+        run.expect_code(0);
+        assert!(warned(&run) >= 1, "{now}: the audit runs, and warns, at every run: {}", run.stderr);
+        assert!(ledger(&p, "s.daily").contains(&(day.to_string(), "done".to_string())), "{now}: dev's run computed {day}: {:?}", ledger(&p, "s.daily"));
+        checked_by_devs_audits(&p, &format!("after dev's run at {now}"));
+    }
 }
 
 // ---- efmesh audit <env> ------------------------------------------------------------------

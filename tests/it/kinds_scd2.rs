@@ -12,7 +12,9 @@
 //! table. Below a unique-key parent built anew from its query alone (the keys its refreshes kept
 //! gone), the history is not reused as if its input were the same (its next run would close
 //! those keys as deleted): the plan rebuilds it, `apply` refuses, and `--forward-only` on the
-//! parent keeps both tables.
+//! parent keeps both tables. A history `prod`'s `--forward-only` keeps below a parent it changed
+//! is `prod`'s to reconcile: `dev`, left on the older version, serves it, and its plan and status
+//! say so.
 
 use crate::common::*;
 
@@ -44,6 +46,7 @@ crate::on_every_engine!(
     a_watched_json_column_is_refused_at_load_on_postgres_and_applies_on_duckdb,
     a_history_below_a_unique_key_parent_built_anew_is_refused_instead_of_recording_the_lost_keys_as_deleted,
     a_history_reading_a_rebuilt_unique_key_parent_through_a_full_model_or_view_is_refused_too,
+    a_history_prods_forward_only_change_keeps_below_a_changed_seed_is_said_to_be_prods_in_dev,
 );
 
 const T1: &str = "2026-02-10T00:00:00Z";
@@ -1226,4 +1229,97 @@ define_model {
         p.run(&["run", "dev"]).expect_code(0);
         assert_eq!(history(&p), both_open, "{middle}: patient 2 was dropped by no one: its version stays open");
     }
+}
+
+/// `ref.regions` (a seed) → `s.zones` (scd_type2 by region).
+const ZONES: &str = r#"local regions = define_model {
+  name = "ref.regions", kind = kind.seed { path = "seeds/regions.csv" },
+  schema = { { "region", "varchar" }, { "zone", "varchar" } },
+}
+define_model {
+  name = "s.zones", kind = kind.scd_type2 { key = "region" },
+  schema = { { "region", "varchar" }, { "zone", "varchar" } },
+  query = "SELECT region, zone FROM " .. ref(regions),
+}
+"#;
+
+/// The seed of [`ZONES`]: `north` in zone `N`, `east` in `east`.
+fn set_regions(p: &Project, east: &str) {
+    p.write("seeds/regions.csv", &format!("region,zone\nnorth,N\neast,{east}\n"));
+}
+
+/// `env`'s `s.zones`: region, zone, whether the version is open; by region and `valid_from`.
+fn zones(p: &Project, env: &str) -> Rows {
+    p.query(&format!(
+        "SELECT region, zone, CASE WHEN valid_to IS NULL THEN 'open' ELSE 'closed' END FROM {} ORDER BY region, valid_from",
+        env_view(env, "s.zones")
+    ))
+}
+
+/// `prod` and `dev` serve one history; `prod` changes the seed (`east` E → X) and applies the
+/// history `--forward-only`: its new version (the same query, over `prod`'s new seed table) keeps
+/// the table `dev`'s version serves, and `prod`'s run reconciles it from `prod`'s seed. An SCD
+/// history is one table, which cannot hold two parents' data: `dev` never reconciles it (nothing
+/// is refused: the query is the same) and serves `prod`'s history while its own seed still says
+/// `E`. Not silently: `plan dev`, with nothing to do, says "not refreshed here" (it said only "no
+/// changes"), the run warns, and `status dev` lists it (healthy, as a time-range model left to
+/// `prod`); once `dev` serves `prod`'s version, none of them does.
+fn a_history_prods_forward_only_change_keeps_below_a_changed_seed_is_said_to_be_prods_in_dev(engine: EngineBackend) {
+    let mut p = Project::on_engine(engine);
+    p.write("models/m.lua", ZONES);
+    set_regions(&p, "E");
+    p.now = T1.into();
+    p.apply("prod");
+    p.apply("dev");
+    set_regions(&p, "X");
+    p.now = T2.into();
+    p.run(&["apply", "prod", "--yes", "--forward-only", "s.zones"]).expect_code(0);
+    p.now = T3.into();
+    p.run(&["run", "prod"]).expect_code(0);
+    let prods = vec![
+        vec![Some("east".to_string()), Some("E".to_string()), Some("closed".to_string())],
+        vec![Some("east".to_string()), Some("X".to_string()), Some("open".to_string())],
+        vec![Some("north".to_string()), Some("N".to_string()), Some("open".to_string())],
+    ];
+    assert_eq!(zones(&p, "prod"), prods);
+
+    // `dev`'s project: its seed as `dev` serves it.
+    set_regions(&p, "E");
+    p.now = T4.into();
+    let plan = p.plan("dev");
+    assert_eq!(plan["hasChanges"], false, "{plan:#}");
+    let also = plan["alsoWrites"].as_array().cloned().unwrap_or_default();
+    let note = also.iter().find(|a| a["model"] == "s.zones").and_then(|a| a["note"].as_str()).unwrap_or_default().to_string();
+    assert!(
+        note.starts_with("not refreshed here: its table is also what `prod` serves (another version, over other parent tables)")
+            && note.contains("refreshed from `prod`'s parents"),
+        "the plan says whose history `dev` serves: {plan:#}"
+    );
+    let text = p.run(&["plan", "dev"]).expect_code(0).stdout.clone();
+    assert!(text.contains("not refreshed here") && text.contains("no changes"), "{text}");
+    let ran = p.run(&["run", "dev"]);
+    ran.expect_code(0);
+    assert!(ran.stderr.contains("not refreshed here") && ran.stderr.contains("s.zones"), "{}", ran.stderr);
+    assert_eq!(zones(&p, "dev"), prods, "`dev` serves the history `prod` reconciled from its own seed");
+
+    let status = p.run(&["status", "dev", "--json", "--check"]).expect_code(0).json();
+    let listed = status["notRefreshedHere"].as_array().cloned().unwrap_or_default();
+    assert_eq!(listed.len(), 1, "{status:#}");
+    assert_eq!(
+        (listed[0]["model"].as_str(), listed[0]["kind"].as_str(), listed[0]["leftTo"].as_str()),
+        (Some("s.zones"), Some("scd_type2"), Some("prod")),
+        "{status:#}"
+    );
+    assert!(listed[0]["rowsUpTo"].as_str().is_some_and(|t| t.starts_with("2026-02-12T00:00:00")), "prod's run at T3: {status:#}");
+    assert_eq!(status["healthy"], true, "{status:#}");
+    let text = p.run(&["status", "dev"]).expect_code(0).stdout.clone();
+    assert!(text.contains("s.zones  not refreshed here") && text.contains("`dev` serves `prod`'s history"), "{text}");
+    assert_eq!(p.run(&["status", "prod", "--json"]).expect_code(0).json()["notRefreshedHere"], serde_json::json!([]));
+
+    // `dev` applied from the project `prod` serves: one version, nothing left to `prod`.
+    set_regions(&p, "X");
+    p.apply("dev");
+    let plan = p.plan("dev");
+    assert!(plan["alsoWrites"].as_array().is_none_or(|a| a.iter().all(|w| w["model"] != "s.zones")), "{plan:#}");
+    assert_eq!(p.run(&["status", "dev", "--json"]).expect_code(0).json()["notRefreshedHere"], serde_json::json!([]));
 }

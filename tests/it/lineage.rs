@@ -602,7 +602,8 @@ fn plan_column_impact_rebuilds_children_whose_reads_sqlparser_hides_and_matches_
 
     let fresh = hidden_read_project(true);
     fresh.apply("dev");
-    for m in HIDDEN_READ_MODELS {
+    // (`src.t` is external: no environment view.)
+    for m in HIDDEN_READ_MODELS.iter().filter(|m| **m != "src.t") {
         let view = format!("dev__{m}");
         assert_eq!(p.rows(&view), fresh.rows(&view), "{m} differs from a fresh build");
     }

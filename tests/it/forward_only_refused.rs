@@ -1,0 +1,192 @@
+//! A forward-only apply that promotes nothing leaves every environment serving exactly what its
+//! version's ledger records (SPEC §4 invariant 65). The forward-only version computes its
+//! intervals in the table it keeps, which `prod` serves through the old version: refused (a
+//! blocking audit of the version or of a model below it), the apply takes back what it wrote
+//! there, so `prod` never serves the new query's rows for intervals its ledger does not hold;
+//! stopped (`kill -9`) after rewriting intervals the old version had done, their rows are the
+//! new query's and the old version's ledger no longer calls them done, so the next `run`
+//! recomputes them with the old query.
+
+use crate::common::*;
+use std::collections::BTreeSet;
+
+/// A project whose engine holds `landing.events`: 50 on the 1st, 70 on the 2nd, 10 on the 3rd
+/// (at 03:00), planned at midnight on the 3rd.
+fn landed() -> Project {
+    let mut p = Project::new();
+    p.execute_on_engine("CREATE SCHEMA landing; CREATE TABLE landing.events (ts timestamp, v integer)");
+    p.execute_on_engine(
+        "INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-01 03:00', 50), (TIMESTAMP '2026-01-02 03:00', 70), (TIMESTAMP '2026-01-03 03:00', 10)",
+    );
+    p.now = "2026-01-03T00:00:00Z".into();
+    p
+}
+
+/// `t.daily` sums `landing.events` per day times `factor` (`""`, or `" * 2"`: another query),
+/// with `kind_extra` added to its kind's arguments and `audits` as its audits (none when empty);
+/// `below`: models reading it (`daily`).
+fn models(factor: &str, kind_extra: &str, audits: &str, below: &str) -> String {
+    let audits = if audits.is_empty() { String::new() } else { format!("  audits = {{ {audits} }},\n") };
+    format!(
+        r#"
+local raw = define_model {{ name = "raw.events", kind = kind.external {{ table = "landing.events" }}, schema = {{ {{ "ts", "timestamp" }}, {{ "v", "integer" }} }} }}
+local daily = define_model {{
+  name = "t.daily", kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01"{kind_extra} }},
+  schema = {{ {{ "day", "timestamp" }}, {{ "total", "bigint" }} }},
+{audits}  query = "SELECT CAST(date_trunc('day', ts) AS TIMESTAMP) AS day, CAST(sum(v){factor} AS BIGINT) AS total FROM " .. ref(raw) .. " WHERE ts >= @start AND ts < @end GROUP BY 1",
+}}
+{below}
+"#
+    )
+}
+
+/// `a.chk`: how many days of `t.daily` exceed 15, a `full` model whose blocking audit wants
+/// fewer than 3.
+const CHECK: &str = r#"
+define_model {
+  name = "a.chk", kind = kind.full(),
+  schema = { { "n", "bigint" } },
+  audits = { audit.expression("n < 3") },
+  query = "SELECT CAST(count(*) FILTER (WHERE total > 15) AS BIGINT) AS n FROM " .. ref(daily),
+}
+"#;
+
+/// Days served by `t.daily` in `prod`, as `day=total` joined by `,`.
+fn days(p: &Project) -> String {
+    let rows = p.query(&format!(
+        "SELECT coalesce(string_agg(strftime(day, '%d') || '=' || CAST(total AS VARCHAR), ',' ORDER BY day), '') FROM {}",
+        env_view("prod", "t.daily")
+    ));
+    rows.first().and_then(|r| r.first().cloned().flatten()).unwrap_or_default()
+}
+
+/// The version of `t.daily` `prod` serves.
+fn served(p: &Project) -> String {
+    p.state().env_pointers("prod").expect("pointers")["t.daily"].clone()
+}
+
+/// The done interval starts of version `fp` of `t.daily`.
+fn done(p: &Project, fp: &str) -> BTreeSet<i64> {
+    p.state().done_intervals("t.daily", fp).expect("ledger")
+}
+
+/// The start of day `d` of January 2026, as the ledger records it.
+fn day(d: u32) -> i64 {
+    efmesh::core::interval::parse_instant(&format!("2026-01-{d:02}T00:00:00Z")).expect("instant")
+}
+
+/// `prod`'s lag of `t.daily` in `status prod --check --json`, which must exit 0.
+fn behind(p: &Project) -> i64 {
+    let status = p.run(&["status", "prod", "--check", "--json"]).expect_code(0).json();
+    let lag = status["lag"].as_array().and_then(|l| l.iter().find(|l| l["model"] == "t.daily")).cloned().unwrap_or_else(|| panic!("{status:#}"));
+    lag["behind"].as_i64().unwrap_or_else(|| panic!("{status:#}"))
+}
+
+/// What every refusal below leaves: `prod` serves the rows and the ledger it served before, and no
+/// ledger of any version of `t.daily` holds the 3rd, whose row the refused version wrote into
+/// the table `prod` serves; `status` counts the 3rd as not done yet, the plan of the project
+/// `prod` serves computes it, and the forward-only change applied again computes it too (its
+/// version's ledger lost it with the row).
+#[track_caller]
+fn assert_taken_back(p: &Project, old: &str, before: &BTreeSet<i64>, below: &str) {
+    assert_eq!(served(p), old, "nothing was promoted");
+    assert_eq!(days(p), "01=50,02=70", "prod serves what it served: the refused version's row for the 3rd is gone");
+    assert_eq!(&done(p, old), before, "prod's ledger as it was");
+    for ((name, fp), starts) in p.state().all_done_intervals().expect("ledgers") {
+        assert!(name != "t.daily" || !starts.contains(&day(3)), "version {fp} of t.daily still calls the 3rd done");
+    }
+    // The project `prod` serves.
+    p.write("models/m.lua", &models("", "", "", below));
+    assert_eq!(behind(p), 1, "the 3rd is not done for the version prod serves");
+    let plan = p.plan("prod");
+    let daily = action(&plan, "t.daily");
+    assert_eq!((daily["change"].as_str(), daily["intervals"].as_i64()), (Some("unchanged"), Some(1)), "{plan:#}");
+    // Applied again without what refused it: the 3rd is computed by the forward-only query.
+    p.write("models/m.lua", &models(" * 2", "", "", ""));
+    let applied = p.run(&["apply", "prod", "--yes", "--json", "--forward-only", "t.daily"]).expect_code(0).json();
+    assert_eq!(action(&applied["plan"], "t.daily")["intervals"].as_i64(), Some(1), "{applied:#}");
+    assert_eq!(days(p), "01=50,02=70,03=20");
+}
+
+#[test]
+fn a_forward_only_apply_refused_by_its_own_audit_takes_back_the_rows_it_wrote_into_the_table_prod_serves() {
+    let mut p = landed();
+    p.write("models/m.lua", &models("", "", "", ""));
+    p.apply("prod");
+    let (old, before) = (served(&p), done(&p, &served(&p)));
+    assert_eq!(days(&p), "01=50,02=70");
+    // The new query's row for the 3rd (20) passes; the 2nd it keeps (70) fails the audit it adds,
+    // run over the whole table before the view swap: after the 3rd was written there.
+    p.write("models/m.lua", &models(" * 2", "", r#"audit.accepted_range { column = "total", max = 60 }"#, ""));
+    p.now = "2026-01-04T00:00:00Z".into();
+    let refused = p.run(&["apply", "prod", "--yes", "--forward-only", "t.daily"]);
+    refused.expect_code(1);
+    assert!(refused.stderr.contains("blocking audit") && refused.stderr.contains("nothing was promoted"), "{}", refused.stderr);
+    assert!(refused.stderr.contains("t.daily") && refused.stderr.contains("were taken back"), "the warning says so: {}", refused.stderr);
+    assert_taken_back(&p, &old, &before, "");
+}
+
+#[test]
+fn a_forward_only_apply_refused_by_the_audit_of_a_full_model_below_takes_back_the_rows_it_wrote() {
+    let mut p = landed();
+    p.write("models/m.lua", &models("", "", "", CHECK));
+    p.apply("prod");
+    let (old, before) = (served(&p), done(&p, &served(&p)));
+    let checked = p.rows(&env_view("prod", "a.chk"));
+    assert_eq!(checked, vec![vec![Some("2".to_string())]]);
+    // The 3rd (20) makes three days above 15: `a.chk`'s rebuild, over the table `prod` serves,
+    // fails its audit (rolled back), after `t.daily` wrote the 3rd there.
+    p.write("models/m.lua", &models(" * 2", "", "", CHECK));
+    p.now = "2026-01-04T00:00:00Z".into();
+    let refused = p.run(&["apply", "prod", "--yes", "--forward-only", "t.daily"]);
+    refused.expect_code(1);
+    assert!(refused.stderr.contains("a.chk"), "{}", refused.stderr);
+    assert_eq!(p.rows(&env_view("prod", "a.chk")), checked, "a.chk as it was");
+    assert_taken_back(&p, &old, &before, CHECK);
+}
+
+#[test]
+fn a_forward_only_apply_refused_before_rewriting_the_days_its_lookback_covers_leaves_them_done_for_the_version_prod_serves() {
+    // The forward-only version's lookback (2, prod's version has none) rewrites the 1st and 2nd
+    // too: they are taken from the old version's ledger before any batch, and given back when
+    // no batch wrote them (its first batch fails its own audit, rolled back).
+    let mut p = landed();
+    p.write("models/m.lua", &models("", "", "", ""));
+    p.apply("prod");
+    let (old, before) = (served(&p), done(&p, &served(&p)));
+    p.write("models/m.lua", &models(" * 2", ", lookback = 2", r#"audit.accepted_range { column = "total", max = 60 }"#, ""));
+    p.now = "2026-01-04T00:00:00Z".into();
+    let planned = p.run(&["plan", "prod", "--json", "--forward-only", "t.daily"]).expect_code(0).json();
+    assert_eq!(action(&planned, "t.daily")["intervals"].as_i64(), Some(3), "the 3rd and, for the lookback, the 1st and 2nd: {planned:#}");
+    p.run(&["apply", "prod", "--yes", "--forward-only", "t.daily"]).expect_code(1);
+    assert_eq!(served(&p), old);
+    assert_eq!(days(&p), "01=50,02=70");
+    assert_eq!(done(&p, &old), before, "the days the refused version did not rewrite are done again");
+    p.write("models/m.lua", &models("", "", "", ""));
+    assert_eq!(behind(&p), 1);
+    assert_eq!(action(&p.plan("prod"), "t.daily")["intervals"].as_i64(), Some(1), "only the 3rd");
+}
+
+#[test]
+fn a_forward_only_apply_killed_after_rewriting_done_days_leaves_them_to_the_next_run_of_prod() {
+    // The forward-only version's lookback (2) rewrites the 1st and 2nd in the table prod serves;
+    // the process is killed right after. prod's own version (no lookback) never recomputes days
+    // its ledger calls done: those were taken out of it before the batches, so prod's next run
+    // computes them again with prod's query instead of serving the other query's rows for good.
+    let mut p = landed();
+    p.write("models/m.lua", &models("", "", "", ""));
+    p.apply("prod");
+    let old = served(&p);
+    p.write("models/m.lua", &models(" * 2", ", lookback = 2", "", ""));
+    p.now = "2026-01-04T00:00:00Z".into();
+    let out = p.command(&["apply", "prod", "--yes", "--forward-only", "t.daily"]).env("EFMESH_FAULT", "after-build:t.daily").output().expect("spawn efmesh");
+    assert!(!out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(served(&p), old, "killed before its promotion");
+    assert_eq!(days(&p), "01=100,02=140,03=20", "the rows the killed apply wrote");
+    assert!(done(&p, &old).is_empty(), "the days another query rewrote are not done for prod's version");
+    p.write("models/m.lua", &models("", "", "", ""));
+    assert_eq!(action(&p.plan("prod"), "t.daily")["intervals"].as_i64(), Some(3), "the 1st, 2nd and 3rd");
+    p.run(&["run", "prod"]).expect_code(0);
+    assert_eq!(days(&p), "01=50,02=70,03=10", "prod's query's rows again");
+    assert_eq!(done(&p, &old), [day(1), day(2), day(3)].into_iter().collect::<BTreeSet<i64>>());
+}
