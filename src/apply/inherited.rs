@@ -166,6 +166,52 @@ pub(super) fn take_back(
     taken
 }
 
+/// After [`take_back`]: the unique-key, partition and SCD type 2 versions of `work` below a
+/// model whose rows were taken back (`taken`) may have been refreshed by this apply from those
+/// rows (upserted, replaced or reconciled from rows no ledger records now): each is recorded as
+/// a pending refresh, so `status` lists it and the next apply or run refreshes it
+/// ([`crate::plan::mark_pending_rebuilds`]), as a `full` model below is found stale. A version
+/// already pending keeps its first record. A failure is a warning naming the models: the apply's
+/// own error is the one reported.
+pub(super) fn refresh_again(project: &Project, state: &dyn StateStore, work: &[&Action], taken: &[ModelName]) {
+    if taken.is_empty() {
+        return;
+    }
+    let taken: BTreeSet<&ModelName> = taken.iter().collect();
+    let below: Vec<(&Action, String)> = work
+        .iter()
+        .filter(|a| a.change != Change::Removed && project.dag.get(&a.name).is_some_and(|m| m.kind.is_refreshed()))
+        .filter_map(|a| {
+            let from = project.dag.ancestors(&a.name).into_iter().find(|p| taken.contains(&p.name))?;
+            Some((*a, format!("downstream of {}, whose rows an apply that promoted nothing took back after this refresh may have read them", from.name)))
+        })
+        .collect();
+    if below.is_empty() {
+        return;
+    }
+    // The refresh wrote the version's table, which the versions environments serve may share
+    // (the unchanged version `prod` serves, below a forward-only parent): each is recorded.
+    let index = match state.snapshot_index() {
+        Ok(index) => index,
+        Err(e) => {
+            tracing::warn!("cannot read the snapshots to record which refreshes read rows taken back (the next run refreshes them as due): {e}");
+            return;
+        }
+    };
+    let mut records: Vec<(String, String, String)> = Vec::new();
+    for (a, reason) in below {
+        let (name, fp) = (a.name.to_string(), a.fingerprint.as_str());
+        let sharing = a.physical.as_deref().filter(|p| !p.is_empty()).map(|p| others_in(&index, &name, p, fp)).unwrap_or_default();
+        for version in std::iter::once(fp.to_string()).chain(sharing) {
+            records.push((name.clone(), version, reason.clone()));
+        }
+    }
+    if let Err(e) = state.record_pending_rebuilds(&records, interval::now_millis()) {
+        let models: Vec<&str> = records.iter().map(|r| r.0.as_str()).collect();
+        tracing::warn!("cannot record that {} may hold rows read from what was taken back (the next run refreshes them as due): {e}", models.join(", "));
+    }
+}
+
 /// Every `(model, fingerprint)` some environment's pointer names.
 fn served_versions(state: &dyn StateStore) -> Result<BTreeSet<(String, String)>, StateError> {
     let mut out = BTreeSet::new();

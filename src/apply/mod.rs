@@ -1332,12 +1332,14 @@ fn execute_recorded(
         // no environment serves wrote into a table they serve are taken back. Not done any
         // more, their intervals are not reported as committed (a `--retries` attempt computes
         // them again and counts them).
-        for name in inherited::take_back(project, state, engine, &work, &wrote, &cleared) {
-            forget_intervals(&mut report.per_model, &mut report.intervals, &name);
+        let taken = inherited::take_back(project, state, engine, &work, &wrote, &cleared);
+        for name in &taken {
+            forget_intervals(&mut report.per_model, &mut report.intervals, name);
             if let Some(own) = own.as_mut() {
-                forget_intervals(&mut own.per_model, &mut own.intervals, &name);
+                forget_intervals(&mut own.per_model, &mut own.intervals, name);
             }
         }
+        inherited::refresh_again(project, state, &work, &taken);
     }
     if let (Err(_), Some(committed)) = (&outcome, &options.committed) {
         // A later attempt reports what this one committed before it failed.

@@ -384,7 +384,7 @@ pub enum Command {
     Schedule {
         /// Environment name (not needed with `--list`).
         env: Option<String>,
-        /// When to run, as a 5-field cron expression or `@hourly`, `@daily`, `@weekly`, `@monthly`, `@yearly`.
+        /// When to run, as a 5-field cron expression or `@hourly`, `@daily`, `@midnight`, `@weekly`, `@monthly`, `@yearly`, `@annually`.
         #[arg(long, value_name = "EXPR", default_value = "@hourly")]
         cron: String,
         /// Remove this project's entry for the environment from the crontab.

@@ -47,7 +47,13 @@ pub(super) fn run(config: &std::path::Path, env: &str, models: &str, json: bool,
                 super::envlife::dropped_phrase(&at)
             ))));
         }
-        return Err(anyhow!(UsageError(format!("environment `{env}` does not exist (nothing was applied to it)\n  hint: run `efmesh apply {env}` first"))));
+        // A typo of an existing environment's name is said so, as `status` and `run` say it.
+        let known = state.environments()?;
+        let hint = match crate::core::error::did_you_mean(env, known.iter().map(String::as_str)) {
+            Some(like) => format!("did you mean `{like}`? (`efmesh apply {env}` would create `{env}`)"),
+            None => format!("run `efmesh apply {env}` first"),
+        };
+        return Err(anyhow!(UsageError(format!("environment `{env}` does not exist (nothing was applied to it)\n  hint: {hint}"))));
     }
     // Embedded models and externals render from the project's definitions: one edited and not
     // applied is not what the environment serves, and the audits inlining it do not run (nor
@@ -153,9 +159,20 @@ fn undefined_audited(
         .collect())
 }
 
+/// The text report: each audit run, then the audited models `env` does not serve (`skipped`,
+/// `notServed` in `--json`) and those it serves that the project no longer defines. With no
+/// audit to run, the models not served are still named: they are why nothing ran.
 fn report_text(env: &str, results: &[AuditResult], skipped: &[String], undefined: &[(String, usize)]) -> String {
     if results.is_empty() && undefined.is_empty() {
-        return format!("no audits in environment `{env}`: nothing to check\n");
+        if skipped.is_empty() {
+            return format!("no audits in environment `{env}`: nothing to check\n");
+        }
+        let width = skipped.iter().map(String::len).max().unwrap_or(0);
+        let mut s = format!("no audits run in environment `{env}`: it serves none of the audited models\n");
+        for m in skipped {
+            s.push_str(&format!("  · {m:width$}  not served by `{env}`\n"));
+        }
+        return s;
     }
     let width = results.iter().map(|r| r.model.to_string().len()).chain(undefined.iter().map(|(m, _)| m.len())).max().unwrap_or(0);
     let mut s = format!("audits of environment `{env}`\n");
@@ -208,4 +225,21 @@ fn report_text(env: &str, results: &[AuditResult], skipped: &[String], undefined
         ));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::report_text;
+
+    /// With no audit run, the audited models the environment does not serve are named (as
+    /// `notServed` in `--json`): they are why nothing ran, not "nothing to check".
+    #[test]
+    fn a_report_with_no_audit_run_names_the_audited_models_not_served() {
+        let text = report_text("prod", &[], &["mart.daily_revenue".to_string(), "s.t".to_string()], &[]);
+        assert_eq!(
+            text,
+            "no audits run in environment `prod`: it serves none of the audited models\n  · mart.daily_revenue  not served by `prod`\n  · s.t                 not served by `prod`\n"
+        );
+        assert_eq!(report_text("prod", &[], &[], &[]), "no audits in environment `prod`: nothing to check\n");
+    }
 }

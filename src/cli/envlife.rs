@@ -56,9 +56,13 @@ pub(super) fn invalidate(config: &std::path::Path, env: &str, json: bool, out: &
                 dropped_phrase(&at)
             );
         }
-        let hint = crate::core::error::did_you_mean(env, known.iter().map(String::as_str).filter(|e| *e != PROD)).map_or_else(
+        // `prod` is suggested too (`prd` means it), saying it cannot be invalidated.
+        let hint = crate::core::error::did_you_mean(env, known.iter().map(String::as_str)).map_or_else(
             || "\n  hint: `efmesh status <env>` shows an environment; only an applied environment can be invalidated".to_string(),
-            |s| format!("\n  hint: did you mean `{s}`?"),
+            |s| match s {
+                PROD => format!("\n  hint: did you mean `{PROD}`? (`{PROD}` never expires and cannot be invalidated)"),
+                s => format!("\n  hint: did you mean `{s}`?"),
+            },
         );
         anyhow::anyhow!("unknown environment `{env}`: nothing was applied to it in this state store; nothing was done{hint}")
     };

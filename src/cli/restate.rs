@@ -48,8 +48,28 @@ pub(super) fn aligned(which: &str, text: &str, t: Millis, grain: Grain, model: &
 /// what re-reads an external file or table, which efmesh does not watch); a unique-key, partition
 /// or SCD type 2 model is refreshed by every `run` (on a cron, at the first run after each tick);
 /// a view or an embedded model is computed when read; an external or a seed is read as it is.
-fn no_intervals_hint(model: &crate::core::Model) -> String {
+///
+/// A `full` model without a cron whose parents are models efmesh computes (no external read
+/// directly or through views and embedded models) needs none: it is rebuilt whenever they
+/// change, so the hint names the time-range models above it to restate instead
+/// ([`computed_sources`]).
+fn no_intervals_hint(project: &Project, model: &crate::core::Model) -> String {
     let name = &model.name;
+    if matches!(model.kind, Kind::Full)
+        && model.cron.is_none()
+        && !model.parents().is_empty()
+        && let Some(time_range) = computed_sources(project, model)
+    {
+        let restate = if time_range.is_empty() {
+            String::new()
+        } else {
+            let names = time_range.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ");
+            format!(": restate the time-range model{} it reads ({names}) over the range instead", if time_range.len() == 1 { "" } else { "s" })
+        };
+        return format!(
+            "a `full` model is rebuilt whole when its parents' data changes; the parents of `{name}` are models efmesh computes, so the `run` or `apply` after their data changes rebuilds it (a cron matters only for a file or table it reads itself){restate}"
+        );
+    }
     let refreshed = match &model.cron {
         Some(cron) => format!("the first `run` after each tick of its cron (`{cron}`)"),
         None => "every `run`".to_string(),
@@ -75,6 +95,33 @@ fn no_intervals_hint(model: &crate::core::Model) -> String {
     }
 }
 
+/// The time-range models `model` reads (through `full`, view and embedded models, sorted), when
+/// everything it reads is computed by efmesh; `None` when it reads an external (directly or
+/// through views and embedded models, which read it as it is at each rebuild): then only a cron
+/// makes `run` read it again.
+fn computed_sources(project: &Project, model: &crate::core::Model) -> Option<BTreeSet<ModelName>> {
+    let mut found = BTreeSet::new();
+    let mut seen = BTreeSet::new();
+    let mut queue: VecDeque<(ModelName, bool)> = model.parents().into_iter().map(|p| (p, true)).collect();
+    while let Some((parent, read_directly)) = queue.pop_front() {
+        if !seen.insert(parent.clone()) {
+            continue;
+        }
+        let Some(m) = project.dag.get(&parent) else { continue };
+        match &m.kind {
+            // Read as it is now only where nothing materialised stands in between.
+            Kind::External(_) if read_directly => return None,
+            Kind::IncrementalByTimeRange(_) => {
+                found.insert(parent);
+            }
+            Kind::View | Kind::Embedded => queue.extend(m.parents().into_iter().map(|p| (p, read_directly))),
+            Kind::Full => queue.extend(m.parents().into_iter().map(|p| (p, false))),
+            _ => {}
+        }
+    }
+    Some(found)
+}
+
 /// Runs the restatement.
 pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> Result<Exit> {
     let project = load(config)?;
@@ -89,13 +136,13 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
         Kind::IncrementalByTimeRange(t) => t.clone(),
         Kind::ScdType2(_) => bail!(UsageError(format!(
             "cannot restate `{name}`: an scd_type2 model's history is not recomputable from its source (it records what the source said when each run looked)\n  hint: {}",
-            no_intervals_hint(model)
+            no_intervals_hint(&project, model)
         ))),
         other => {
             bail!(UsageError(format!(
                 "cannot restate `{name}`: only incremental_by_time_range models have intervals (it is {})\n  hint: {}",
                 other.tag(),
-                no_intervals_hint(model)
+                no_intervals_hint(&project, model)
             )))
         }
     };

@@ -81,6 +81,14 @@ pub enum Dialect {
 /// The five fields of a cron, by name.
 const FIELDS: [&str; 5] = ["minute", "hour", "day-of-month", "month", "day-of-week"];
 
+/// The values each field of [`FIELDS`] takes, as an error naming the field says them (croner's
+/// own text, "Number out of bounds", says neither).
+const VALUES: [&str; 5] =
+    ["minutes are 0-59", "hours are 0-23", "days of the month are 1-31", "months are 1-12 or jan-dec", "days of the week are 0-6 or sun-sat, 7 is Sunday too"];
+
+/// Every nickname [`nickname`] reads, as an unknown one's error lists them.
+const NICKNAMES: [&str; 7] = ["@hourly", "@daily", "@midnight", "@weekly", "@monthly", "@yearly", "@annually"];
+
 /// A cron expression read: croner's schedule and its five fields (a nickname expanded).
 #[derive(Debug, Clone)]
 pub struct Parsed {
@@ -130,7 +138,7 @@ pub fn parse_as(expr: &str, dialect: Dialect) -> Result<Parsed, String> {
             parser.parse(&alone.join(" ")).is_err()
         });
         match culprit {
-            Some(i) => format!("cron `{text}` is invalid in its {} field `{}`: {why}", FIELDS[i], fields[i]),
+            Some(i) => format!("cron `{text}` is invalid in its {} field `{}`: {why} ({})", FIELDS[i], fields[i], VALUES[i]),
             None => format!("cron `{text}` is invalid: {why}"),
         }
     })?;
@@ -178,7 +186,11 @@ fn nickname(text: &str, dialect: Dialect) -> Result<Option<&'static str>, String
         "@monthly" => "0 0 1 * *",
         "@yearly" | "@annually" => "0 0 1 1 *",
         "@reboot" if dialect == Dialect::Crontab => return Err("`@reboot` runs once at boot, not on a schedule".into()),
-        n if n.starts_with('@') => return Err(format!("unknown cron nickname `{text}` (use @hourly, @daily, @weekly, @monthly or @yearly)")),
+        n if n.starts_with('@') => {
+            let close = crate::core::error::did_you_mean(text, NICKNAMES).map(|s| format!(": did you mean `{s}`?")).unwrap_or_default();
+            let (first, last) = NICKNAMES.split_at(NICKNAMES.len() - 1);
+            return Err(format!("unknown cron nickname `{text}`{close} (use {} or {})", first.join(", "), last.join("")));
+        }
         _ => return Ok(None),
     }))
 }
@@ -411,12 +423,35 @@ mod tests {
         assert!(parse("0 0 31 2 *").unwrap_err().contains("never fires"));
     }
 
+    /// An error in one field says the values the field takes; an unknown nickname is told the
+    /// closest one and every one `nickname` reads (`@midnight` and `@annually` included).
+    #[test]
+    fn errors_say_what_a_field_takes_and_which_nickname_was_meant() {
+        for (expr, values) in [
+            ("61 * * * *", "(minutes are 0-59)"),
+            ("0 0 32 * *", "(days of the month are 1-31)"),
+            ("0 0 * 13 *", "(months are 1-12 or jan-dec)"),
+            ("0 0 * * 9", "(days of the week are 0-6 or sun-sat, 7 is Sunday too)"),
+        ] {
+            let e = parse(expr).unwrap_err();
+            assert!(e.ends_with(values), "{e}");
+        }
+        assert_eq!(
+            parse("@dayly").unwrap_err(),
+            "unknown cron nickname `@dayly`: did you mean `@daily`? (use @hourly, @daily, @midnight, @weekly, @monthly, @yearly or @annually)"
+        );
+        assert_eq!(parse("@often").unwrap_err(), "unknown cron nickname `@often` (use @hourly, @daily, @midnight, @weekly, @monthly, @yearly or @annually)");
+        for name in NICKNAMES {
+            assert!(parse(name).is_ok(), "{name}");
+        }
+    }
+
     #[test]
     fn the_crontab_dialect_reads_as_cron_does_with_the_same_messages() {
         let fields = |e: &str, d: Dialect| parse_as(e, d).map(|p| p.fields.join(" "));
         assert_eq!(fields("@weekly", Dialect::Model).unwrap(), "0 0 * * 1");
         assert_eq!(fields("@Weekly", Dialect::Crontab).unwrap(), "0 0 * * 0");
-        assert!(fields("@Weekly", Dialect::Model).unwrap_err().contains("unknown cron nickname `@Weekly`"));
+        assert!(fields("@Weekly", Dialect::Model).unwrap_err().contains("unknown cron nickname `@Weekly`: did you mean `@weekly`?"));
         assert!(fields("@reboot", Dialect::Crontab).unwrap_err().contains("boot"));
         // croner's extensions are a model's, not crontab's.
         assert!(fields("0 0 L * *", Dialect::Model).is_ok());
@@ -427,6 +462,7 @@ mod tests {
         for d in [Dialect::Model, Dialect::Crontab] {
             let e = fields("0 25 * * *", d).unwrap_err();
             assert!(e.starts_with("cron `0 25 * * *` is invalid in its hour field `25`: "), "{e}");
+            assert!(e.ends_with(" (hours are 0-23)"), "{e}");
             assert!(fields("0 0 31 4 *", d).unwrap_err().ends_with("cron `0 0 31 4 *` never fires"));
         }
     }

@@ -2515,8 +2515,14 @@ fn compute_with(
                                 "the new columns (which its query may bind) of "
                             } else if dropping {
                                 ""
-                            } else {
+                            } else if breaking_names.iter().all(|q| decided.category(q) == Some(Change::Breaking)) {
                                 "breaking "
+                            } else if breaking_names.iter().all(|q| decided.category(q) == Some(Change::Indirect)) {
+                                // Parents rebuilt for a change above them, not breaking themselves
+                                // (the plan marks them `indirect`).
+                                "indirectly changed "
+                            } else {
+                                "changed "
                             },
                             if breaking.len() == 1 { "" } else { "s" },
                             breaking.iter().map(|b| format!("`{b}`")).collect::<Vec<_>>().join(", ")

@@ -337,7 +337,10 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
         }
     };
     let err = |msg: String| LoadError::new(Some(location.clone()), name.clone(), msg);
-    for key in spec.keys() {
+    // Sorted: the spec keeps the table's order, which Lua does not fix between runs.
+    let mut keys: Vec<&String> = spec.keys().collect();
+    keys.sort();
+    for key in keys {
         if !MODEL_KEYS.contains(&key.as_str()) {
             let mut e = err(format!("unknown field `{key}` in `define_model`"));
             if let Some(s) = did_you_mean(key, MODEL_KEYS.iter().copied()) {
@@ -1167,10 +1170,18 @@ fn parse_seed(k: &Map<String, Value>, lang: Lang) -> Result<Seed, String> {
 pub const KIND_TAGS: &[&str] =
     &["full", "view", "embedded", "incremental_by_time_range", "external", "incremental_by_unique_key", "scd_type2", "seed", "incremental_by_partition"];
 
-/// The error for a kind tag that is not in [`KIND_TAGS`], with a "did you mean".
+/// The error for a kind tag that is not in [`KIND_TAGS`], with a "did you mean" (the kinds
+/// listed when none is close). Every language's: a `.sql` model's `-- kind:` line, a kind tag
+/// the builder reads, Lua's `kind.ful()` (the prelude's guard) and Rhai's `kind::ful()`.
 pub fn unknown_kind(tag: &str) -> String {
-    let hint = did_you_mean(tag, KIND_TAGS.iter().copied()).map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default();
-    format!("unknown kind `{tag}`{hint}")
+    match did_you_mean(tag, KIND_TAGS.iter().copied()) {
+        Some(s) => format!("unknown kind `{tag}` (did you mean `{s}`?)"),
+        None => {
+            let mut kinds = KIND_TAGS.to_vec();
+            kinds.sort_unstable();
+            format!("unknown kind `{tag}` (kinds: {})", kinds.join(", "))
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1186,6 +1197,18 @@ mod tests {
             Ok(m) => panic!("built {}", m.name),
             Err(errs) => errs.iter().map(ToString::to_string).collect(),
         }
+    }
+
+    /// Unknown fields are reported in name order, not the spec's (a Lua table's order changes
+    /// between runs).
+    #[test]
+    fn unknown_fields_of_a_model_are_reported_sorted() {
+        let spec = json!({ "zz": 1, "name": "s.m", "kind": { "kind": "full" }, "schema": [["x", "integer"]], "descripton": "x", "aa": 2 });
+        let unknown: Vec<String> = errors_of("models/m.lua", spec, Some("SELECT 1 AS x"))
+            .iter()
+            .filter_map(|e| e.split("unknown field ").nth(1).map(|rest| rest.split(' ').next().unwrap_or_default().to_string()))
+            .collect();
+        assert_eq!(unknown, ["`aa`", "`descripton`", "`zz`"]);
     }
 
     /// A NUL byte in a Lua or Rhai model's query or statements (`"\0"` in a string: no file

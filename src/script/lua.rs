@@ -469,6 +469,9 @@ fn rt(msg: impl Into<String>) -> mlua::Error {
 const XPCALL_KEY: &str = "efmesh.xpcall";
 /// Registry key of the function [`error_handler`] builds.
 const HANDLER_KEY: &str = "efmesh.error_handler";
+/// Registry key of the prelude's `guard`: gives a file's copy of `kind` the error naming an
+/// unknown kind ([`environment_factory`]).
+const KIND_GUARD_KEY: &str = "efmesh.kind_guard";
 /// Registry key of a Lua function returning `t[k]` (metamethods included), for reading a field
 /// of a project table through [`call_plain`].
 const INDEX_KEY: &str = "efmesh.index";
@@ -869,8 +872,11 @@ impl LuaHost {
             let (k, v) = pair?;
             proto.set(k, v)?;
         }
-        let prelude: Table = lua.load(PRELUDE).set_name("=efmesh/prelude.lua").eval()?;
+        // The prelude's error for an unknown kind (`kind.ful()`) is the one every language gives.
+        let unknown = lua.create_function(|_, name: String| Ok(super::builder::unknown_kind(&name)))?;
+        let prelude: Table = lua.load(PRELUDE).set_name("=efmesh/prelude.lua").call(unknown)?;
         proto.set("kind", prelude.get::<Value>("kind")?)?;
+        lua.set_named_registry_value(KIND_GUARD_KEY, prelude.get::<Function>("guard")?)?;
         let placeholder = lua.create_function(|_, ()| Ok(()))?;
         let frozen = debug.as_ref().map(|d| frozen::Frozen::new(&lua, d)).transpose()?;
         let mut host = Self { lua, state, proto, env_factory: placeholder, frozen, walks_reset: forget_walks };
@@ -1202,7 +1208,7 @@ fn environment_factory(lua: &Lua, proto: &Table, require: Function) -> mlua::Res
         Ok(keys)
     };
     let g = lua.globals();
-    let mut code = String::from("local p, req, libs = ...\nlocal ");
+    let mut code = String::from("local p, req, libs, guard = ...\nlocal ");
     let names: Vec<String> = (0..COPIED_LIBRARIES.len()).map(|i| format!("l{i}")).collect();
     code.push_str(&names.join(", "));
     code.push_str(" = ");
@@ -1217,17 +1223,20 @@ fn environment_factory(lua: &Lua, proto: &Table, require: Function) -> mlua::Res
     let libs = lua.create_table()?;
     for (i, (lib, without)) in COPIED_LIBRARIES.iter().enumerate() {
         let src: Table = if *lib == "kind" { proto.get(*lib)? } else { g.get(*lib)? };
-        let _ = write!(code, "    {lib} = {{");
+        // `kind`'s copy raises an error naming a kind it lacks (the prelude's `guard`).
+        let guarded = *lib == "kind";
+        let _ = write!(code, "    {lib} = {}{{", if guarded { "guard(" } else { "" });
         for k in keys(&src)? {
             if !without.contains(&k.as_str()) {
                 let _ = write!(code, " [\"{k}\"] = l{i}[\"{k}\"],");
             }
         }
-        code.push_str(" },\n");
+        code.push_str(if guarded { " }),\n" } else { " },\n" });
         libs.raw_set(i + 1, src)?;
     }
     code.push_str("    require = req,\n  }\n  env._G = env\n  return env\nend\n");
-    lua.load(code).set_name("=efmesh/environment.lua").set_mode(mlua::chunk::ChunkMode::Text).call((proto.clone(), require, libs))
+    let guard: Function = lua.named_registry_value(KIND_GUARD_KEY)?;
+    lua.load(code).set_name("=efmesh/environment.lua").set_mode(mlua::chunk::ChunkMode::Text).call((proto.clone(), require, libs, guard))
 }
 
 /// A fresh environment for one file: copies of the safe globals and libraries.

@@ -1455,8 +1455,27 @@ mod tests {
         let errs = load_files(&dir, &["models/a.rhai"]).unwrap_err().to_string();
         assert!(errs.contains("models/a.rhai:1: model `s.a`: unknown field `grian`"), "{errs}");
         assert!(errs.contains("did you mean `grain`?"), "{errs}");
-        // The second call is a script error (no such function), reported on line 2.
-        assert!(errs.contains("models/a.rhai:2:"), "{errs}");
-        assert!(errs.contains("kind::fulll"), "{errs}");
+        // The second call is a script error (no such kind), reported on line 2 as every
+        // language reports an unknown kind.
+        assert!(errs.contains("models/a.rhai:2: unknown kind `fulll` (did you mean `full`?)"), "{errs}");
+        assert!(!errs.contains("unknown function"), "{errs}");
+    }
+
+    /// A kind that exists called with arguments it does not take stays Rhai's unknown function;
+    /// a kind close to none is listed with every kind.
+    #[test]
+    fn an_unknown_kind_constructor_is_named_as_a_kind_not_a_function() {
+        let dir = project(&[(
+            "models/a.rhai",
+            "define_model(#{ name: \"s.a\", kind: kind::full(1, 2), schema: [[\"id\", \"bigint\"]], query: \"SELECT 1 AS id\" });\n",
+        )]);
+        let errs = load_files(&dir, &["models/a.rhai"]).unwrap_err().to_string();
+        assert!(errs.contains("unknown function `kind::full"), "{errs}");
+        let dir = project(&[(
+            "models/a.rhai",
+            "define_model(#{ name: \"s.a\", kind: kind::table(), schema: [[\"id\", \"bigint\"]], query: \"SELECT 1 AS id\" });\n",
+        )]);
+        let errs = load_files(&dir, &["models/a.rhai"]).unwrap_err().to_string();
+        assert!(errs.contains("models/a.rhai:1: unknown kind `table` (kinds: embedded, external, full, incremental_by_partition"), "{errs}");
     }
 }

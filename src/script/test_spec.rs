@@ -80,10 +80,16 @@ pub fn build_test(spec: &Map<String, Value>, location: Location) -> Result<TestS
         None => "`define_test`: ".to_string(),
     };
     let err = |msg: String| LoadError::new(Some(location.clone()), None, format!("{prefix}{msg}"));
-    for key in spec.keys() {
+    // Sorted: the spec keeps the table's order, which Lua does not fix between runs.
+    let mut keys: Vec<&String> = spec.keys().collect();
+    keys.sort();
+    for key in keys {
         if !TEST_KEYS.contains(&key.as_str()) {
             let mut e = err(format!("unknown field `{key}`"));
-            if let Some(s) = did_you_mean(key, TEST_KEYS.iter().copied()) {
+            if VAR_KEYS.contains(&key.as_str()) {
+                // `start`/`end` are the values of `@start`/`@end`: they go in `vars`.
+                e = e.with_hint("the values of `@start` and `@end` go in `vars`: `vars = { start = \"2026-01-01\", [\"end\"] = \"2026-01-02\" }`");
+            } else if let Some(s) = did_you_mean(key, TEST_KEYS.iter().copied()) {
                 e = e.with_hint(format!("did you mean `{s}`?"));
             }
             errors.push(e);
@@ -270,6 +276,23 @@ mod tests {
         assert!(t.expect.is_empty(), "Lua's empty table is an empty list");
         assert_eq!(t.end.unwrap() - t.start.unwrap(), 86_400_000);
         assert!(t.ordered);
+    }
+
+    /// Unknown fields come sorted (the spec keeps the Lua table's order, which changes between
+    /// runs); `start` and `end` at the top level are told they go in `vars`.
+    #[test]
+    fn unknown_fields_are_sorted_and_start_and_end_point_to_vars() {
+        let errs =
+            build_test(&spec(json!({ "zeta": 1, "start": "2026-01-01", "name": "t1", "model": "a.b", "expect": [], "end": "2026-01-02", "alpha": 2 })), loc())
+                .unwrap_err();
+        let unknown: Vec<&str> = errs.iter().filter_map(|e| e.message.strip_prefix("test `t1`: unknown field ")).collect();
+        assert_eq!(unknown, ["`alpha`", "`end`", "`start`", "`zeta`"]);
+        let start = errs.iter().find(|e| e.message.ends_with("`start`")).unwrap();
+        assert_eq!(
+            start.hint.as_deref(),
+            Some("the values of `@start` and `@end` go in `vars`: `vars = { start = \"2026-01-01\", [\"end\"] = \"2026-01-02\" }`")
+        );
+        assert!(errs.iter().find(|e| e.message.ends_with("`end`")).unwrap().hint.as_deref().is_some_and(|h| h.contains("go in `vars`")));
     }
 
     #[test]

@@ -3,8 +3,11 @@
 -- Each constructor returns a plain table tagged with `kind`; the host validates the fields
 -- strictly (an unknown or misspelled field is a load error naming it). This file ships inside
 -- the binary; each model file gets its own copy of the `kind` table, so no file can change what
--- another one sees.
+-- another one sees. A kind the table lacks (`kind.ful()`) is an error naming it with the
+-- closest kind (`unknown`: the host's message, the one a `.sql` model's `-- kind: ful` gets),
+-- instead of Lua's "attempt to call a nil value"; `guard` gives each file's copy that behaviour.
 
+local unknown = ...
 local kind = {}
 
 local function tagged(tag, opts)
@@ -55,4 +58,16 @@ function kind.scd_type2(opts) return tagged("scd_type2", opts) end
 --- { path = "seeds/x.csv", format = "csv"|"json", null_markers = {"NA"}, delimiter = ";" }.
 function kind.seed(opts) return tagged("seed", opts) end
 
-return { kind = kind }
+-- One metatable for every copy, protected (`getmetatable(kind)` is `false`, so no file can
+-- change it for the others).
+local guarded = {
+  __index = function(_, name)
+    error(unknown(type(name) == "string" and name or ("a " .. type(name))), 2)
+  end,
+  __metatable = false,
+}
+
+--- `t` (a file's copy of `kind`) raising an error for a kind it lacks.
+local function guard(t) return setmetatable(t, guarded) end
+
+return { kind = kind, guard = guard }

@@ -803,7 +803,13 @@ fn efmesh_audit_catches_a_corrupted_physical_table(engine: EngineBackend) {
     assert!(human.contains("✗ s.daily  not_null(region)  1 violating row"), "{human}");
     assert!(human.contains("⚠ s.daily  accepted_values(region, north, south, east)  1 violating row (warn)"), "{human}");
     // dev was never applied; an unknown --model is an error with a suggestion.
-    assert!(p.run(&["audit", "dev"]).expect_code(1).stderr.contains("environment `dev` does not exist"));
+    let dev = p.run(&["audit", "dev"]);
+    assert!(dev.expect_code(1).stderr.contains("environment `dev` does not exist"), "{}", dev.stderr);
+    assert!(dev.stderr.contains("hint: run `efmesh apply dev` first"), "{}", dev.stderr);
+    // A typo of an environment's name is told the one meant.
+    let typo = p.run(&["audit", "prd"]);
+    assert!(typo.expect_code(1).stderr.contains("environment `prd` does not exist"), "{}", typo.stderr);
+    assert!(typo.stderr.contains("did you mean `prod`?"), "{}", typo.stderr);
     assert!(p.run(&["audit", "prod", "--model", "s.dialy"]).expect_code(1).stderr.contains("did you mean `s.daily`?"));
     // `--model` restricts: the external has no audits, so nothing runs for it.
     let only = p.run(&["audit", "prod", "--model", "raw.events", "--json"]).expect_code(0).json();

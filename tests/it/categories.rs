@@ -697,6 +697,8 @@ fn explain_shows_why_and_the_diverged_paths_and_json_always_has_explain(engine: 
     assert!(other.contains("why: only fields that do not shape data changed"), "{text}");
     assert!(other.lines().any(|l| l == "diverged: description"), "{text}");
     assert!(block("s.grandchild").contains("from: `s.child`"), "{text}");
+    // A parent rebuilt for a change above it is named as what it is (`indirect`), not "breaking".
+    assert!(block("s.grandchild").contains("why: unchanged itself; rebuilt because of indirectly changed parent `s.child`"), "{text}");
     assert!(block("src.events").is_empty(), "unchanged models have no explanation:\n{text}");
 
     // Without --explain: the categories, no reasons.

@@ -227,6 +227,9 @@ fn invalidate_refuses_prod_and_an_unknown_environment_with_the_closest_name() {
     let typo = p.run(&["invalidate", "deb"]);
     assert!(typo.expect_code(1).stderr.contains("unknown environment `deb`"), "{}", typo.stderr);
     assert!(typo.stderr.contains("did you mean `dev`?"), "{}", typo.stderr);
+    // A typo of `prod` is told so too, with why `prod` itself would be refused.
+    let typo = p.run(&["invalidate", "prd"]);
+    assert!(typo.expect_code(1).stderr.contains("did you mean `prod`? (`prod` never expires and cannot be invalidated)"), "{}", typo.stderr);
     // Nothing was recorded.
     let s = p.store().unwrap();
     assert!(s.journal("prod").unwrap().iter().all(|j| j.summary.get("event").is_none()));

@@ -145,6 +145,54 @@ fn a_forward_only_apply_refused_by_the_audit_of_a_full_model_below_takes_back_th
     assert_taken_back(&p, &old, &before, CHECK);
 }
 
+/// `k.top`: a unique-key model summing `t.daily`; `a.top`: a `full` model over it whose
+/// blocking audit wants its total under 135.
+const KEYED: &str = r#"
+local top = define_model {
+  name = "k.top", kind = kind.incremental_by_unique_key { key = "k" },
+  schema = { { "k", "varchar" }, { "total", "bigint" } },
+  query = "SELECT 'all' AS k, CAST(sum(total) AS BIGINT) AS total FROM " .. ref(daily),
+}
+define_model {
+  name = "a.top", kind = kind.full(),
+  schema = { { "n", "bigint" } },
+  audits = { audit.expression("n < 135") },
+  query = "SELECT CAST(max(total) AS BIGINT) AS n FROM " .. ref(top),
+}
+"#;
+
+/// A unique-key model refreshed by the refused apply from the rows it then took back (the
+/// refused query's 20 for the 3rd: 140, where what `prod` serves sums to 120) is left pending:
+/// `status` lists it, and the next apply of the project `prod` serves refreshes it from what
+/// `prod` serves.
+#[test]
+fn a_unique_key_model_refreshed_from_rows_a_refused_forward_only_apply_took_back_is_left_pending() {
+    let mut p = landed();
+    p.write("models/m.lua", &models("", "", "", KEYED));
+    p.apply("prod");
+    let total = |p: &Project| p.rows(&env_view("prod", "k.top"))[0][1].clone().unwrap_or_default();
+    assert_eq!(total(&p), "120");
+    p.write("models/m.lua", &models(" * 2", "", "", KEYED));
+    p.now = "2026-01-04T00:00:00Z".into();
+    let refused = p.run(&["apply", "prod", "--yes", "--forward-only", "t.daily"]);
+    refused.expect_code(1);
+    assert!(refused.stderr.contains("a.top") && refused.stderr.contains("were taken back"), "{}", refused.stderr);
+    assert_eq!(days(&p), "01=50,02=70");
+    assert_eq!(total(&p), "140", "k.top's refresh read the refused row before it was taken back");
+    let status = p.run(&["status", "prod", "--json"]).expect_code(0).json();
+    let pending: Vec<&str> = status["pendingRebuilds"].as_array().unwrap_or_else(|| panic!("{status:#}")).iter().filter_map(|r| r["name"].as_str()).collect();
+    assert!(pending.contains(&"k.top"), "k.top is pending: {status:#}");
+    // The project `prod` serves: its next apply computes the 3rd and refreshes k.top.
+    p.write("models/m.lua", &models("", "", "", KEYED));
+    let plan = p.plan("prod");
+    assert_eq!(action(&plan, "k.top")["rebuild"], true, "{plan:#}");
+    p.apply("prod");
+    assert_eq!(days(&p), "01=50,02=70,03=10");
+    assert_eq!(total(&p), "130");
+    let status = p.run(&["status", "prod", "--check", "--json"]).expect_code(0).json();
+    assert_eq!(status["pendingRebuilds"], serde_json::json!([]), "{status:#}");
+}
+
 #[test]
 fn a_forward_only_apply_refused_before_rewriting_the_days_its_lookback_covers_leaves_them_done_for_the_version_prod_serves() {
     // The forward-only version's lookback (2, prod's version has none) rewrites the 1st and 2nd

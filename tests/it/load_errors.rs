@@ -184,6 +184,30 @@ fn lua_runtime_error() {
     );
 }
 
+/// A misspelled kind constructor in Lua (`kind.ful()`) is the error a `.sql` model's
+/// `-- kind: ful` gets, at its line, not Lua's "attempt to call a nil value (field 'ful')"; every
+/// file's copy of `kind` says so, and its metatable is out of a file's reach.
+#[test]
+fn a_misspelled_lua_kind_is_an_unknown_kind_with_a_did_you_mean() {
+    let p = Project::new();
+    p.write("efmesh.toml", CONFIG);
+    p.write("models/a.lua", "-- a\ndefine_model { name = \"z.a\", kind = kind.ful(), schema = { { \"n\", \"bigint\" } }, query = \"SELECT 1 AS n\" }\n");
+    p.write(
+        "models/b.lua",
+        "assert(getmetatable(kind) == false)\nlocal ok, e = pcall(function() return kind.table end)\nassert(not ok)\ndefine_model { name = \"z.b\", kind = kind.scd_type(), schema = { { \"n\", \"bigint\" } }, query = \"SELECT 1 AS n\" }\n",
+    );
+    let run = p.run(&["check", "--json"]);
+    run.expect_code(1);
+    let v = run.json();
+    let errors = v["errors"].as_array().unwrap();
+    let at = |file: &str| errors.iter().find(|e| e["file"] == file).unwrap_or_else(|| panic!("no error in {file}: {v:#}"));
+    assert_eq!(at("models/a.lua")["line"], 2, "{v:#}");
+    assert!(at("models/a.lua")["message"].as_str().unwrap().contains("unknown kind `ful` (did you mean `full`?)"), "{v:#}");
+    assert_eq!(at("models/b.lua")["line"], 4, "{v:#}");
+    assert!(at("models/b.lua")["message"].as_str().unwrap().contains("unknown kind `scd_type` (did you mean `scd_type2`?)"), "{v:#}");
+    assert!(!run.stdout.contains("nil value"), "{}", run.stdout);
+}
+
 #[test]
 fn a_failing_module_required_by_another_model_file_is_reported_once() {
     let p = Project::new();

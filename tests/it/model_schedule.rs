@@ -529,7 +529,41 @@ fn restating_a_model_without_intervals_hints_at_what_recomputes_it() {
         upsert.contains("\n  hint: the first `run` after each tick of its cron (`@daily`) upserts what the query of `s.seen` returns at that moment"),
         "{upsert}"
     );
+    // A `full` model without a cron whose parents are models efmesh computes is rebuilt when
+    // they change: it is not told to take a cron, and is told which time-range model to restate.
+    let child = restate("s.child");
+    assert!(
+        child.contains("\n  hint: a `full` model is rebuilt whole when its parents' data changes; the parents of `s.child` are models efmesh computes, so the `run` or `apply` after their data changes rebuilds it (a cron matters only for a file or table it reads itself)"),
+        "{child}"
+    );
+    assert!(!child.contains("give it one"), "{child}");
+    p.write("models/t.lua", DAYS_AND_ROLLUP);
+    let rollup = restate("s.rollup");
+    assert!(rollup.contains("the parents of `s.rollup` are models efmesh computes"), "{rollup}");
+    assert!(rollup.contains(": restate the time-range model it reads (`s.days`) over the range instead"), "{rollup}");
+    assert!(!rollup.contains("give it one"), "{rollup}");
 }
+
+/// A daily time-range model and a `full` rollup over it, through a view.
+const DAYS_AND_ROLLUP: &str = r#"define_model {
+  name = "s.days",
+  kind = kind.incremental_by_time_range { time_column = "d", start = "2026-03-01" },
+  schema = { { "d", "date" } },
+  query = "SELECT d FROM (SELECT CAST(@start AS DATE) AS d) AS t WHERE d >= @start AND d < @end",
+}
+define_model {
+  name = "s.days_view",
+  kind = kind.view(),
+  schema = { { "d", "date" } },
+  query = "SELECT d FROM " .. ref("s.days"),
+}
+define_model {
+  name = "s.rollup",
+  kind = kind.full(),
+  schema = { { "n", "bigint" } },
+  query = "SELECT CAST(count(*) AS BIGINT) AS n FROM " .. ref("s.days_view"),
+}
+"#;
 
 /// An hourly time-range model from 2026-01-01 of grain `grain`, on `cron` (none when empty).
 fn hours(grain: &str, cron: &str) -> String {

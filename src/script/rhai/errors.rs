@@ -120,6 +120,15 @@ fn fn_name(signature: &str) -> &str {
     signature.split([' ', '(']).next().unwrap_or(signature)
 }
 
+/// The message of a call of a kind constructor that does not exist (`kind::veiw()`): the one
+/// every language gives for an unknown kind, with its did-you-mean (Rhai said "unknown function
+/// `kind::veiw ()`"). `None` for any other function, and for a kind that exists called with
+/// arguments it does not take (`kind::full(1, 2)`: an unknown function, as Rhai says).
+fn unknown_kind_call(signature: &str) -> Option<String> {
+    let tag = fn_name(signature).strip_prefix("kind::")?;
+    (!crate::script::builder::KIND_TAGS.contains(&tag)).then(|| crate::script::builder::unknown_kind(tag))
+}
+
 fn leaf_message(leaf: &EvalAltResult) -> String {
     match leaf {
         EvalAltResult::ErrorRuntime(v, _) if v.is_string() => v.to_string(),
@@ -146,7 +155,7 @@ fn leaf_message(leaf: &EvalAltResult) -> String {
         EvalAltResult::ErrorTooManyVariables(_) => format!("too many variables (the sandbox allows {MAX_VARIABLES})"),
         EvalAltResult::ErrorTooManyModules(_) => format!("too many imports (the sandbox allows {MAX_MODULES})"),
         EvalAltResult::ErrorVariableNotFound(v, _) => format!("unknown variable `{v}`"),
-        EvalAltResult::ErrorFunctionNotFound(sig, _) => format!("unknown function `{sig}`"),
+        EvalAltResult::ErrorFunctionNotFound(sig, _) => unknown_kind_call(sig).unwrap_or_else(|| format!("unknown function `{sig}`")),
         EvalAltResult::ErrorPropertyNotFound(p, _) => format!("unknown property `{p}`"),
         EvalAltResult::ErrorModuleNotFound(m, _) => format!("cannot import `{m}`"),
         EvalAltResult::ErrorParsing(p, _) => format!("syntax error: {}", lower_first(&p.to_string())),
@@ -161,6 +170,7 @@ fn leaf_message(leaf: &EvalAltResult) -> String {
 
 fn hint(leaf: &EvalAltResult) -> Option<String> {
     match leaf {
+        EvalAltResult::ErrorFunctionNotFound(sig, _) if unknown_kind_call(sig).is_some() => None,
         EvalAltResult::ErrorFunctionNotFound(sig, _) => {
             let name = fn_name(sig);
             let name = name.rsplit("::").next().unwrap_or(name);
