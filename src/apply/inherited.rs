@@ -168,12 +168,15 @@ pub(super) fn take_back(
 
 /// After [`take_back`]: the unique-key, partition and SCD type 2 versions of `work` below a
 /// model whose rows were taken back (`taken`) may have been refreshed by this apply from those
-/// rows (upserted, replaced or reconciled from rows no ledger records now): each is recorded as
-/// a pending refresh, so `status` lists it and the next apply or run refreshes it
-/// ([`crate::plan::mark_pending_rebuilds`]), as a `full` model below is found stale. A version
+/// rows (upserted, replaced or reconciled from rows no ledger records now), in the table the
+/// version `env` serves shares (the unchanged version `prod` serves, below a forward-only
+/// parent). That served version is recorded as a pending refresh, so `status` lists it and the
+/// next apply or run of `env` refreshes it ([`crate::plan::mark_pending_rebuilds`]), as a `full`
+/// model below is found stale. Only `env`'s own: a version another environment serves from that
+/// table is refreshed by its writer, and the refused version is served by none. A version
 /// already pending keeps its first record. A failure is a warning naming the models: the apply's
 /// own error is the one reported.
-pub(super) fn refresh_again(project: &Project, state: &dyn StateStore, work: &[&Action], taken: &[ModelName]) {
+pub(super) fn refresh_again(project: &Project, state: &dyn StateStore, env: &str, work: &[&Action], taken: &[ModelName]) {
     if taken.is_empty() {
         return;
     }
@@ -189,22 +192,26 @@ pub(super) fn refresh_again(project: &Project, state: &dyn StateStore, work: &[&
     if below.is_empty() {
         return;
     }
-    // The refresh wrote the version's table, which the versions environments serve may share
-    // (the unchanged version `prod` serves, below a forward-only parent): each is recorded.
-    let index = match state.snapshot_index() {
-        Ok(index) => index,
+    let read = state.env_pointers(env).and_then(|pointers| Ok((pointers, state.snapshot_index()?)));
+    let (pointers, index) = match read {
+        Ok(read) => read,
         Err(e) => {
-            tracing::warn!("cannot read the snapshots to record which refreshes read rows taken back (the next run refreshes them as due): {e}");
+            tracing::warn!("cannot read which refreshes read rows taken back (the next run refreshes them as due): {e}");
             return;
         }
     };
     let mut records: Vec<(String, String, String)> = Vec::new();
     for (a, reason) in below {
-        let (name, fp) = (a.name.to_string(), a.fingerprint.as_str());
-        let sharing = a.physical.as_deref().filter(|p| !p.is_empty()).map(|p| others_in(&index, &name, p, fp)).unwrap_or_default();
-        for version in std::iter::once(fp.to_string()).chain(sharing) {
-            records.push((name.clone(), version, reason.clone()));
+        let name = a.name.to_string();
+        let Some(served) = pointers.get(&name) else { continue };
+        let physical = a.physical.as_deref().filter(|p| !p.is_empty());
+        let same_table = served == a.fingerprint.as_str() || physical.is_some_and(|p| others_in(&index, &name, p, a.fingerprint.as_str()).contains(served));
+        if same_table {
+            records.push((name, served.clone(), reason));
         }
+    }
+    if records.is_empty() {
+        return;
     }
     if let Err(e) = state.record_pending_rebuilds(&records, interval::now_millis()) {
         let models: Vec<&str> = records.iter().map(|r| r.0.as_str()).collect();

@@ -1339,7 +1339,7 @@ fn execute_recorded(
                 forget_intervals(&mut own.per_model, &mut own.intervals, name);
             }
         }
-        inherited::refresh_again(project, state, &work, &taken);
+        inherited::refresh_again(project, state, &plan.env, &work, &taken);
     }
     if let (Err(_), Some(committed)) = (&outcome, &options.committed) {
         // A later attempt reports what this one committed before it failed.

@@ -161,7 +161,9 @@ pub fn error_kind(err: &anyhow::Error) -> &'static str {
         if let Some(p) = e.downcast_ref::<crate::plan::PlanError>() {
             return match p {
                 crate::plan::PlanError::State(_) => "state",
-                crate::plan::PlanError::Env(_) => "usage",
+                // A flag's model unknown or refused (`--forward-only`, `--reclassify`,
+                // `--reset-history`): the command line's fault.
+                crate::plan::PlanError::Env(_) | crate::plan::PlanError::Operator(_) => "usage",
                 crate::plan::PlanError::EngineFeature { .. } => "engine-feature",
                 crate::plan::PlanError::EngineBehind(_) => "engine-behind",
                 _ => "plan",
@@ -235,6 +237,12 @@ mod error_json_tests {
     #[test]
     fn a_command_line_refused_after_clap_is_a_usage_error() {
         let e = anyhow::anyhow!(super::UsageError("`--config x`: ignored".into()));
+        assert_eq!(super::error_kind(&e), "usage");
+    }
+
+    #[test]
+    fn a_flags_unknown_or_refused_model_is_a_usage_error() {
+        let e = anyhow::Error::new(crate::plan::PlanError::Operator("unknown model `mart.nope`".into()));
         assert_eq!(super::error_kind(&e), "usage");
     }
 

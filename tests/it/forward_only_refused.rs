@@ -182,6 +182,10 @@ fn a_unique_key_model_refreshed_from_rows_a_refused_forward_only_apply_took_back
     let status = p.run(&["status", "prod", "--json"]).expect_code(0).json();
     let pending: Vec<&str> = status["pendingRebuilds"].as_array().unwrap_or_else(|| panic!("{status:#}")).iter().filter_map(|r| r["name"].as_str()).collect();
     assert!(pending.contains(&"k.top"), "k.top is pending: {status:#}");
+    // Recorded for the version `prod` serves (the refused one is served by none).
+    let prod_top = p.state().env_pointers("prod").expect("pointers")["k.top"].clone();
+    let recorded: Vec<String> = p.state().pending_rebuilds().expect("pending").into_iter().filter(|r| r.name == "k.top").map(|r| r.fingerprint).collect();
+    assert_eq!(recorded, vec![prod_top]);
     // The project `prod` serves: its next apply computes the 3rd and refreshes k.top.
     p.write("models/m.lua", &models("", "", "", KEYED));
     let plan = p.plan("prod");
