@@ -52,13 +52,8 @@ pub(super) fn writes_inherited(project: &Project, action: &Action) -> bool {
 
 /// The versions of `name` stored in `physical` (per `index`) other than `fp`, sorted.
 fn others_in(index: &SnapshotIndex, name: &str, physical: &str, fp: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    for ((n, f), (p, _)) in index {
-        if n == name && p == physical && f != fp {
-            out.push(f.clone());
-        }
-    }
-    out.sort();
+    let mut out = crate::state::versions_in(index, name, physical);
+    out.retain(|f| f != fp);
     out
 }
 

@@ -2941,9 +2941,9 @@ struct Builder<'a, 'p> {
     /// Per time-range model asked about: the start of its first interval due and not done, once
     /// it is written ([`Builder::upstream_complete`]).
     complete: HashMap<ModelName, Option<interval::Millis>>,
-    /// The versions stored in each table, by `(model, physical relation)`: read once, when the
-    /// first time-range build is done ([`Builder::heal_sharers`]).
-    stored_in: Option<HashMap<(String, String), Vec<String>>>,
+    /// The snapshot index, read once, when the first time-range build is done: the versions
+    /// stored in each table ([`Builder::heal_sharers`]).
+    stored_in: Option<crate::state::SnapshotIndex>,
     /// What the versions inheriting a table wrote there, taken back if the apply fails
     /// ([`inherited::take_back`]).
     wrote: &'a mut inherited::Wrote,
@@ -3214,16 +3214,10 @@ impl Builder<'_, '_> {
         let state = self.state;
         let (name, fp) = (action.name.to_string(), action.fingerprint.as_str());
         if self.stored_in.is_none() {
-            let mut grouped: HashMap<(String, String), Vec<String>> = HashMap::new();
-            for ((n, f), (p, _)) in state.snapshot_index()? {
-                if !p.is_empty() {
-                    grouped.entry((n, p)).or_default().push(f);
-                }
-            }
-            self.stored_in = Some(grouped);
+            self.stored_in = Some(state.snapshot_index()?);
         }
         let mut others: BTreeSet<String> =
-            self.stored_in.as_ref().and_then(|s| s.get(&(name.clone(), physical.to_string()))).into_iter().flatten().cloned().collect();
+            self.stored_in.as_ref().map(|index| crate::state::versions_in(index, &name, physical)).into_iter().flatten().collect();
         // The versions a lost table's rebuild reset (read by the plan from the same snapshots).
         others.extend(action.repair.iter().flat_map(|r| r.ledger_reset.iter()).map(|f| f.as_str().to_string()));
         others.remove(fp);

@@ -248,12 +248,10 @@ pub fn reuse_outgrown(
 /// # Errors
 /// A state read fails.
 pub fn last_refresh_on(state: &dyn StateStore, index: &SnapshotIndex, name: &str, physical: &str) -> Result<Option<String>, StateError> {
-    let mut on: Vec<&String> = index.iter().filter(|((n, _), (p, _))| n == name && !p.is_empty() && p == physical).map(|((_, f), _)| f).collect();
-    on.sort();
-    let mut last: Option<(Millis, &String)> = None;
-    for fp in on {
-        let Some(written) = state.done_ledger(name, fp)?.values().map(|(_, at)| *at).max() else { continue };
-        if last.is_none_or(|(at, _)| written > at) {
+    let mut last: Option<(Millis, String)> = None;
+    for fp in crate::state::versions_in(index, name, physical) {
+        let Some(written) = state.done_ledger(name, &fp)?.values().map(|(_, at)| *at).max() else { continue };
+        if last.as_ref().is_none_or(|(at, _)| written > *at) {
             last = Some((written, fp));
         }
     }

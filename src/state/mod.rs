@@ -1115,6 +1115,19 @@ pub struct SnapshotRecord {
 /// ([`StateStore::snapshot_index`]).
 pub type SnapshotIndex = std::collections::HashMap<(String, String), (String, String)>;
 
+/// The versions of `name` stored in the table `physical`, as `index` records them, sorted: the
+/// versions an apply shares a table with (a forward-only version's inherited ledgers, a rebuild's
+/// sharers, the last refresh of a keyed table). None for an empty `physical` (a version without
+/// a table).
+pub fn versions_in(index: &SnapshotIndex, name: &str, physical: &str) -> Vec<String> {
+    if physical.is_empty() {
+        return Vec::new();
+    }
+    let mut out: Vec<String> = index.iter().filter(|((n, _), (p, _))| n == name && p == physical).map(|((_, f), _)| f.clone()).collect();
+    out.sort();
+    out
+}
+
 /// Outcome recorded for one ledger interval.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum IntervalStatus {

@@ -433,28 +433,43 @@ fn forward_only_keeps_the_rows_earlier_refreshes_kept_and_adds_the_column(backen
     assert!(r.stderr.contains("`--forward-only m.latest`: its kind changed"), "{}", r.stderr);
 }
 
+/// A `.sql` project: the events `events` (a CSV of `event_at,region,amount` rows) read by the
+/// external `raw.ev`, the daily time-range `m.daily` over them ([`daily`] with no extra column),
+/// and the unique-key `m.latest` (key `region`) of schema `latest_schema` over `m.daily` by
+/// `latest_sql`.
+fn keyed_project(events: &str, latest_schema: &str, latest_sql: &str) -> Project {
+    let p = Project::new();
+    p.write("efmesh.toml", &p.config_with("").replace("models/**/*.lua", "models/**/*.sql"));
+    p.write("data/ev.csv", &format!("event_at,region,amount\n{events}"));
+    p.write("models/raw.sql", "-- name: raw.ev\n-- kind: external(path = data/ev.csv)\n-- schema: event_at timestamp, region varchar, amount bigint\n");
+    p.write("models/daily.sql", &daily("", ""));
+    p.write(
+        "models/latest.sql",
+        &format!("-- name: m.latest\n-- kind: incremental_by_unique_key(key = region)\n-- schema: {latest_schema}\n-- refs: m.daily\n{latest_sql}\n"),
+    );
+    p
+}
+
+/// `m.daily` of [`keyed_project`]: the daily revenue per region, with `extra_col` declared and
+/// `extra_item` selected after it (a non-breaking change when both are added).
+fn daily(extra_col: &str, extra_item: &str) -> String {
+    format!(
+        "-- name: m.daily\n-- kind: incremental_by_time_range(time_column = day, start = 2026-01-01)\n-- schema: day timestamp, region varchar, revenue bigint{extra_col}\n-- refs: raw.ev\n\
+         SELECT date_trunc('day', event_at)::TIMESTAMP AS day, region, CAST(sum(amount) AS BIGINT) AS revenue{extra_item}\n\
+         FROM @ref(raw.ev) WHERE event_at >= @start AND event_at < @end GROUP BY ALL\n"
+    )
+}
+
 /// Below a parent's non-breaking change, a unique-key model inherits its older version's table,
 /// which holds what its last refresh read. When the parent's new version computes intervals the
 /// older one lacked, the apply refreshes the child, as `run` would: it served the total of the
 /// days its last refresh saw while `plan` said nothing was left to do.
 #[test]
 fn a_unique_key_child_of_a_parent_whose_new_version_computes_new_intervals_is_refreshed() {
-    let mut p = Project::new();
-    p.write("efmesh.toml", &p.config_with("").replace("models/**/*.lua", "models/**/*.sql"));
-    p.write("data/ev.csv", "event_at,region,amount\n2026-01-01 03:00:00,n,1\n2026-01-02 03:00:00,n,2\n2026-01-03 03:00:00,n,4\n");
-    p.write("models/raw.sql", "-- name: raw.ev\n-- kind: external(path = data/ev.csv)\n-- schema: event_at timestamp, region varchar, amount bigint\n");
-    let daily = |extra_col: &str, extra_item: &str| {
-        format!(
-            "-- name: m.daily\n-- kind: incremental_by_time_range(time_column = day, start = 2026-01-01)\n-- schema: day timestamp, region varchar, revenue bigint{extra_col}\n-- refs: raw.ev\n\
-             SELECT date_trunc('day', event_at)::TIMESTAMP AS day, region, CAST(sum(amount) AS BIGINT) AS revenue{extra_item}\n\
-             FROM @ref(raw.ev) WHERE event_at >= @start AND event_at < @end GROUP BY ALL\n"
-        )
-    };
-    p.write("models/daily.sql", &daily("", ""));
-    p.write(
-        "models/latest.sql",
-        "-- name: m.latest\n-- kind: incremental_by_unique_key(key = region)\n-- schema: region varchar, total bigint\n-- refs: m.daily\n\
-         SELECT region, CAST(sum(revenue) AS BIGINT) AS total FROM @ref(m.daily) GROUP BY region\n",
+    let mut p = keyed_project(
+        "2026-01-01 03:00:00,n,1\n2026-01-02 03:00:00,n,2\n2026-01-03 03:00:00,n,4\n",
+        "region varchar, total bigint",
+        "SELECT region, CAST(sum(revenue) AS BIGINT) AS total FROM @ref(m.daily) GROUP BY region",
     );
     p.now = "2026-01-02T00:00:00Z".into();
     p.apply("prod");
@@ -484,22 +499,10 @@ fn a_unique_key_child_of_a_parent_whose_new_version_computes_new_intervals_is_re
 /// left) and `status` (healthy) say so rightly.
 #[test]
 fn a_unique_key_child_of_a_parent_changed_in_dev_first_is_refreshed_by_the_prod_apply() {
-    let mut p = Project::new();
-    p.write("efmesh.toml", &p.config_with("").replace("models/**/*.lua", "models/**/*.sql"));
-    p.write("data/ev.csv", "event_at,region,amount\n2026-01-01 03:00:00,a,1\n2026-01-01 03:00:00,n,1\n2026-01-02 03:00:00,n,2\n2026-01-03 03:00:00,n,4\n");
-    p.write("models/raw.sql", "-- name: raw.ev\n-- kind: external(path = data/ev.csv)\n-- schema: event_at timestamp, region varchar, amount bigint\n");
-    let daily = |extra_col: &str, extra_item: &str| {
-        format!(
-            "-- name: m.daily\n-- kind: incremental_by_time_range(time_column = day, start = 2026-01-01)\n-- schema: day timestamp, region varchar, revenue bigint{extra_col}\n-- refs: raw.ev\n\
-             SELECT date_trunc('day', event_at)::TIMESTAMP AS day, region, CAST(sum(amount) AS BIGINT) AS revenue{extra_item}\n\
-             FROM @ref(raw.ev) WHERE event_at >= @start AND event_at < @end GROUP BY ALL\n"
-        )
-    };
-    p.write("models/daily.sql", &daily("", ""));
-    p.write(
-        "models/latest.sql",
-        "-- name: m.latest\n-- kind: incremental_by_unique_key(key = region)\n-- schema: region varchar, rev bigint, day timestamp\n-- refs: m.daily\n\
-         SELECT region, revenue AS rev, day FROM @ref(m.daily) WHERE day = (SELECT max(day) FROM @ref(m.daily))\n",
+    let mut p = keyed_project(
+        "2026-01-01 03:00:00,a,1\n2026-01-01 03:00:00,n,1\n2026-01-02 03:00:00,n,2\n2026-01-03 03:00:00,n,4\n",
+        "region varchar, rev bigint, day timestamp",
+        "SELECT region, revenue AS rev, day FROM @ref(m.daily) WHERE day = (SELECT max(day) FROM @ref(m.daily))",
     );
     // `n`'s revenue and day as the environment serves them.
     let latest_n = |p: &Project, env: &str| {
