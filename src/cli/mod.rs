@@ -665,6 +665,7 @@ fn apply_locked(
         // Under the lock, a promotion of this environment recorded as under way was interrupted.
         crate::session::recover_interrupted(project, state)?;
         let confirmed = versions(&plan);
+        let approved = backfills(&plan);
         // The holder this apply waited for (`--wait`) may have written the store: plan again, and
         // go on only with the versions confirmed. Without a wait, a store that moved since the
         // plan is refused as a stale plan (nothing done, "plan again").
@@ -691,6 +692,14 @@ fn apply_locked(
                             "the plan of `{env}` changed while retrying (another process changed the project or the state); nothing more was done\n  hint: plan again"
                         ));
                     }
+                    // What an earlier attempt computed is no longer listed; an interval the
+                    // approved plan did not compute is another plan (a lookback reaching past
+                    // intervals a refused attempt took back, another process's restatement).
+                    if let Some((model, range)) = unapproved_interval(&again, &approved) {
+                        return Err(anyhow!(
+                            "the plan of `{env}` changed while retrying: it now computes `{model}` over {range}, which the approved plan did not; nothing more was done\n  hint: plan again"
+                        ));
+                    }
                     again
                 }
             };
@@ -705,6 +714,24 @@ fn apply_locked(
 /// The versions a plan leads to: model name → fingerprint (removed models absent).
 fn versions(plan: &Plan) -> std::collections::BTreeMap<String, String> {
     plan.actions.iter().filter(|a| a.change != plan::Change::Removed).map(|a| (a.name.to_string(), a.fingerprint.as_str().to_string())).collect()
+}
+
+/// The ranges each time-range model of a plan computes: model name → merged ranges.
+fn backfills(plan: &Plan) -> std::collections::BTreeMap<String, Vec<crate::core::interval::Interval>> {
+    plan.actions.iter().filter(|a| !a.backfill.is_empty()).map(|a| (a.name.to_string(), a.backfill.clone())).collect()
+}
+
+/// The first range `again` computes that no range `approved` computes for the same model holds
+/// (each approved range is merged, so a range within the approved ones lies within one of them).
+fn unapproved_interval(
+    again: &Plan,
+    approved: &std::collections::BTreeMap<String, Vec<crate::core::interval::Interval>>,
+) -> Option<(String, crate::core::interval::Interval)> {
+    again
+        .actions
+        .iter()
+        .flat_map(|a| a.backfill.iter().map(move |r| (a.name.to_string(), *r)))
+        .find(|(name, r)| !approved.get(name).is_some_and(|ranges| ranges.iter().any(|o| o.start <= r.start && r.end <= o.end)))
 }
 
 /// The OS user applying, for the journal; empty when unknown.
