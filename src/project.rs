@@ -280,13 +280,13 @@ pub fn check_statements<'m>(config: &Config, models: impl IntoIterator<Item = &'
 /// it does not have where sqlparser reads two ([`crate::sql::operator_runs::glued_operators`]:
 /// `3^-2` is DuckDB's `^-`, `x!=-1` its `!=-`, `a&~b` its `&~`), or as an operator ranked
 /// otherwise than sqlparser reads it (`1 + 7//-2`, `j->>-1`: `//` and `->>` cut from their
-/// signs are generic operators to DuckDB), as load errors at the operator's line (a `.sql`
-/// file's line; the model's own line otherwise, naming the line of the query), with the spelling
-/// to write. The model would fail when built, or compute something else than the spelling with
-/// a space, and its fingerprint (sqlparser's tree) is the one of that spelling, so an edit
-/// between the two would be no change to `plan`. Postgres's grammar (libpg_query, the
-/// fingerprint's parser there) reads the operator as the server does, which has some of them
-/// (`#-`, `-|-`): nothing is refused on Postgres.
+/// signs are generic operators to DuckDB), as load errors at the operator's line (the line of
+/// its file, [`Model::query_location`]; the model's own line otherwise, naming the line of the
+/// query), with the spelling to write. The model would fail when built, or compute something
+/// else than the spelling with a space, and its fingerprint (sqlparser's tree) is the one of
+/// that spelling, so an edit between the two would be no change to `plan`. Postgres's grammar
+/// (libpg_query, the fingerprint's parser there) reads the operator as the server does, which
+/// has some of them (`#-`, `-|-`): nothing is refused on Postgres.
 pub fn glued_operators<'m>(config: &Config, models: impl IntoIterator<Item = &'m Model>) -> Vec<LoadError> {
     if config.engine.url_env.is_some() {
         return Vec::new();
@@ -294,12 +294,10 @@ pub fn glued_operators<'m>(config: &Config, models: impl IntoIterator<Item = &'m
     let mut errors = Vec::new();
     for m in models {
         let Some(body) = &m.body else { continue };
-        let sql_file = m.location.file.extension().is_some_and(|e| e == "sql");
         for g in crate::sql::operator_runs::glued_operators(&body.render(&crate::core::fragment::CanonicalResolver)) {
-            let (location, at) = if sql_file {
-                (m.location_of_query_line(Some(g.line)), String::new())
-            } else {
-                (m.location.clone(), format!(" (line {} of its query)", g.line))
+            let (location, at) = match m.query_location(g.line) {
+                Some(line) => (line, String::new()),
+                None => (m.location.clone(), format!(" (line {} of its query)", g.line)),
             };
             let (operator, apart) = (&g.operator, &g.apart);
             let message = if g.ranked_otherwise {
@@ -324,13 +322,14 @@ pub fn glued_operators<'m>(config: &Config, models: impl IntoIterator<Item = &'m
 
 /// Every query (a model's, or an audit's) that reads a model of the project by its name —
 /// `FROM s.b`, written by hand or produced by a macro, or an environment's view of it
-/// (`dev__s.b`) — instead of through `ref`, as load errors at the name's line (a `.sql` file's
-/// line; the model's or the audit's own line otherwise). Such a read records no dependency, and
-/// the bare name is `prod`'s view: in any other environment the query would silently read
-/// `prod`'s rows. The names come from the query's AST ([`crate::sql::relations`]): a string
-/// literal, a column or a CTE named like a model is not a read of it. An external reading the
-/// relation of its own name may be named (the name reads what its `ref` reads); a query
-/// sqlparser cannot parse is read from its tokens ([`crate::sql::relations::named_relations_by_tokens`]).
+/// (`dev__s.b`) — instead of through `ref`, as load errors at the name's line (the line of its
+/// file, [`Model::query_location`]; the model's or the audit's own line otherwise). Such a read
+/// records no dependency, and the bare name is `prod`'s view: in any other environment the
+/// query would silently read `prod`'s rows. The names come from the query's AST
+/// ([`crate::sql::relations`]): a string literal, a column or a CTE named like a model is not a
+/// read of it. An external reading the relation of its own name may be named (the name reads
+/// what its `ref` reads); a query sqlparser cannot parse is read from its tokens
+/// ([`crate::sql::relations::named_relations_by_tokens`]).
 /// A relation of efmesh's own storage (schema `_efmesh`, Postgres's `_efmesh_meta`, the DuckLake
 /// catalog `_efmesh_ducklake`: `efmesh_storage_named`) is refused the same way, whatever its
 /// name: a physical table is one version of a model, so reading it by name records no dependency
@@ -452,8 +451,10 @@ pub fn bare_model_reads<'m>(config: &Config, dag: &Dag, checked: impl IntoIterat
                 let written = r.parts.join(".");
                 let (location, at) = match (audit, r.line) {
                     (Some(a), _) => (a.location.clone(), String::new()),
-                    (None, Some(n)) if sql_file => (m.location_of_query_line(Some(n)), String::new()),
-                    (None, Some(n)) => (m.location.clone(), format!(" (line {n} of its query)")),
+                    (None, Some(n)) => match m.query_location(n) {
+                        Some(line) => (line, String::new()),
+                        None => (m.location.clone(), format!(" (line {n} of its query)")),
+                    },
                     (None, None) => (m.location.clone(), String::new()),
                 };
                 if let Some(storage) = efmesh_storage_named(&storage, &r.parts) {
@@ -662,7 +663,8 @@ mod tests {
     }
 
     /// An operator DuckDB reads as one it does not have (`^-`, `!=-`) is a load error on the
-    /// DuckDB engine, at the model's line naming the line of its query (a Lua model); never on
+    /// DuckDB engine, at the model's line naming the line of its query (a Lua model whose query
+    /// is not in its file as it is), at the line of the file where that is known; never on
     /// Postgres, whose parser reads operators as the server does (and has `#-`, `-|-`).
     #[test]
     fn glued_operators_are_refused_on_duckdb_only() {
@@ -680,6 +682,12 @@ mod tests {
                 assert!(error.contains(needle), "{needle:?} missing from {error}");
             }
         }
+        // Where the query's lines are known (a `.sql` file, a Lua query written in its file as it
+        // is): at the line of the file, which says it all.
+        m.query_lines = vec![7, 8];
+        let errors: Vec<String> = glued_operators(&config(""), [&m]).iter().map(ToString::to_string).collect();
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(errors.iter().all(|e| e.starts_with("m.lua:8: model `z.g`: the query's `") && !e.contains("of its query")), "{errors:?}");
         assert!(glued_operators(&config("[engine]\nurl_env = \"PG_ENGINE_URL\"\n"), [&m]).is_empty());
     }
 

@@ -174,7 +174,12 @@ pub fn check(project: &Project, physicals: &BTreeMap<ModelName, String>, pending
     for (t, message) in crate::engine::refused_types(engine, &types) {
         for m in &involved {
             for c in m.schema.0.iter().filter(|c| c.ty == t) {
-                problems.push(problem(m, crate::engine::not_a_type(&c.name, &c.ty, engine.sql().title(), &message)));
+                let mut said = crate::engine::not_a_type(&c.name, &c.ty, engine.sql().title(), &message);
+                // `-- schema: id integer name varchar`: a comma missing, not a type to correct.
+                if let Some(hint) = crate::core::schema::missing_comma_hint(&c.name, &c.ty) {
+                    said.push_str(&format!("\n  hint: {hint}"));
+                }
+                problems.push(problem(m, said));
             }
         }
     }
@@ -417,28 +422,22 @@ pub fn nameable(ty: &str) -> bool {
 
 /// For a local file external, a message when its path or glob matches no file (the engine's own
 /// error would name only the resolved pattern); `None` when files match, and for tables and
-/// URLs (which the engine reports itself).
+/// URLs (which the engine reports itself). `efmesh check` warns of the same
+/// (`missing_source_file`, `crate::cli::check`), with the same words.
 fn missing_files(project: &Project, ext: &External, engine: &mut dyn Engine) -> Option<String> {
     let External::Files { path, .. } = ext else { return None };
     if super::resolve::is_url(path) {
         return None;
     }
     let resolved = super::resolve::resolve_source_path(&project.config.root, path);
-    let rows = engine.query(&format!("SELECT count(*) FROM glob({})", crate::core::name::quote_literal(&resolved))).ok()?;
-    if rows.first().and_then(|r| r.first().cloned().flatten()).as_deref() != Some("0") {
-        return None;
-    }
-    Some(if path.contains(['*', '?', '[', '{']) {
-        format!("no file matches the pattern `{path}` (relative to the project directory `{}`)", project.config.root.display())
-    } else {
-        format!("file `{path}` does not exist (relative to the project directory `{}`)", project.config.root.display())
-    })
+    crate::engine::matches_no_file(engine, &resolved)?.then(|| super::resolve::no_file_message(&project.config.root, path))
 }
 
 /// A query that does not bind, at the line the engine points at (`LINE n:` of its message, a
-/// line of `sql` as rendered for the check): that line of a `.sql` file when the rendered query
-/// has the lines of the one written (no embedded model inlined over several lines), otherwise
-/// the model's location with the line of the rendered query (`efmesh render` shows it).
+/// line of `sql` as rendered for the check): that line of the model's file ([`Model::query_lines`]:
+/// a `.sql` file, or a Lua or Rhai query written there as it is) when the rendered query has the
+/// lines of the one written (no embedded model inlined over several lines), otherwise the model's
+/// location with the line of the rendered query (`efmesh render` shows it).
 fn unbound(m: &Model, sql: &str, message: &str) -> ContractProblem {
     let line = crate::engine::error_line(message);
     let as_written = sql.matches('\n').count() + 1 == m.query_lines.len();

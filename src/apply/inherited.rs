@@ -22,10 +22,20 @@
 //! back the done intervals [`clear_rewritten`] took that no batch rewrote: every environment
 //! then serves exactly what its version's ledger records — the old rows, less the intervals the
 //! new version rewrote (not done, recomputed by the next run or apply).
+//!
+//! A unique-key, partition or SCD type 2 model below such a version may be refreshed by the same
+//! apply in a table environments serve (its version inherits the table of the version `prod`
+//! serves): upserted, replaced or reconciled from rows [`take_back`] then deletes. A later
+//! refresh never undoes that (an upsert never deletes a key its query no longer returns, a
+//! reconciliation never rewrites the history it closed), so [`keep`] copies such a table into a
+//! temporary table of the apply's connection just before the refresh writes it, and when the
+//! apply fails, [`put_back`] puts the copy back in place of the refreshed rows: the table holds
+//! what it held before the apply. What cannot be put back is left to [`refresh_again`], which
+//! records a pending refresh.
 
 use super::{ApplyError, batch, lake};
 use crate::core::interval::{self, Interval};
-use crate::core::{ModelName, Target};
+use crate::core::{Model, ModelName, Target};
 use crate::engine::Engine;
 use crate::plan::{Action, Change};
 use crate::project::Project;
@@ -40,6 +50,36 @@ pub(super) type Wrote = BTreeMap<ModelName, BTreeSet<Interval>>;
 /// Per forward-only model, per other version stored in its table (fingerprint), the done grain
 /// intervals [`clear_rewritten`] took out of that version's ledger.
 pub(super) type Cleared = BTreeMap<ModelName, BTreeMap<String, BTreeSet<Interval>>>;
+
+/// A copy of a unique-key, partition or SCD type 2 table taken just before this apply refreshed
+/// it in place ([`keep`]): put back if the apply fails ([`put_back`]), dropped otherwise
+/// ([`drop_kept`]).
+#[derive(Debug)]
+pub(super) struct Kept {
+    /// The table refreshed in place (qualified, quoted).
+    physical: String,
+    /// The copy: this connection's temporary table of that name ([`crate::engine::kept_copy_name`]).
+    copy: String,
+    /// The table's columns when copied, in order: put back by name.
+    columns: Vec<String>,
+    /// The version this apply refreshed the table for.
+    fingerprint: String,
+}
+
+/// Per model, the copy [`keep`] took of its table.
+pub(super) type Keeps = BTreeMap<ModelName, Kept>;
+
+/// What [`take_back`] found and did.
+#[derive(Debug, Default)]
+pub(super) struct TakenBack {
+    /// The models whose written intervals were taken back (not done any more).
+    pub taken: Vec<ModelName>,
+    /// Every model whose version wrote into a table it inherits, or took done intervals from the
+    /// versions stored there, that no environment serves, read while this process held its
+    /// environment's lock: what it wrote was taken back, or was to be (a step failed). What the
+    /// apply refreshed below one of them is put back ([`put_back`]).
+    pub refused: BTreeSet<ModelName>,
+}
 
 /// True when `action` writes batches into a table it inherits: a time-range version stored in
 /// another version's table (forward-only, or an indirect reuse) with intervals to compute.
@@ -102,38 +142,31 @@ pub(super) fn clear_rewritten(project: &Project, state: &dyn StateStore, work: &
 /// the ledgers then say those intervals are not done (or still hold what the new version
 /// wrote, as after a kill), and the next run or apply recomputes them. A failure is a warning
 /// naming the model: the apply's own error is the one reported. Returns the models whose
-/// written intervals were taken back (not done any more).
-pub(super) fn take_back(
-    project: &Project,
-    state: &dyn StateStore,
-    engine: &mut dyn Engine,
-    work: &[&Action],
-    wrote: &Wrote,
-    cleared: &Cleared,
-) -> Vec<ModelName> {
-    let mut taken = Vec::new();
+/// written intervals were taken back (not done any more), and those whose writes were to be.
+pub(super) fn take_back(project: &Project, state: &dyn StateStore, engine: &mut dyn Engine, work: &[&Action], wrote: &Wrote, cleared: &Cleared) -> TakenBack {
+    let mut out = TakenBack::default();
     let inheriting: Vec<&Action> =
         work.iter().copied().filter(|a| writes_inherited(project, a) && (wrote.contains_key(&a.name) || cleared.contains_key(&a.name))).collect();
     if inheriting.is_empty() {
-        return taken;
+        return out;
     }
     let left = "what it wrote into tables other versions share is left to the next run or apply to recompute";
     if let Err(e) = state.check_fence() {
         tracing::warn!("the apply failed and no longer holds its lock: {left}: {e}");
-        return taken;
+        return out;
     }
     let served = match served_versions(state) {
         Ok(served) => served,
         Err(e) => {
             tracing::warn!("the apply failed and cannot read the environments' pointers: {left}: {e}");
-            return taken;
+            return out;
         }
     };
     let index = match state.snapshot_index() {
         Ok(index) => index,
         Err(e) => {
             tracing::warn!("the apply failed and cannot read the snapshots: {left}: {e}");
-            return taken;
+            return out;
         }
     };
     let nothing = BTreeMap::new();
@@ -141,6 +174,7 @@ pub(super) fn take_back(
         if served.contains(&(action.name.to_string(), action.fingerprint.as_str().to_string())) {
             continue;
         }
+        out.refused.insert(action.name.clone());
         let written: Vec<Interval> = wrote.get(&action.name).map(|w| w.iter().copied().collect()).unwrap_or_default();
         let rewritten = cleared.get(&action.name).unwrap_or(&nothing);
         match take_back_one(project, state, engine, &index, action, &written, rewritten) {
@@ -150,7 +184,7 @@ pub(super) fn take_back(
                     intervals = written.len(),
                     "nothing was promoted: the rows this version wrote into the table it shares with the version environments serve were taken back (those intervals are not done, the next run or apply computes them)"
                 );
-                taken.push(action.name.clone());
+                out.taken.push(action.name.clone());
             }
             Ok(()) => {}
             Err(e) => {
@@ -158,27 +192,29 @@ pub(super) fn take_back(
             }
         }
     }
-    taken
+    out
 }
 
-/// After [`take_back`]: the unique-key, partition and SCD type 2 versions of `work` below a
-/// model whose rows were taken back (`taken`) may have been refreshed by this apply from those
-/// rows (upserted, replaced or reconciled from rows no ledger records now), in the table the
-/// version `env` serves shares (the unchanged version `prod` serves, below a forward-only
-/// parent). That served version is recorded as a pending refresh, so `status` lists it and the
-/// next apply or run of `env` refreshes it ([`crate::plan::mark_pending_rebuilds`]), as a `full`
-/// model below is found stale. Only `env`'s own: a version another environment serves from that
-/// table is refreshed by its writer, and the refused version is served by none. A version
-/// already pending keeps its first record. A failure is a warning naming the models: the apply's
-/// own error is the one reported.
-pub(super) fn refresh_again(project: &Project, state: &dyn StateStore, env: &str, work: &[&Action], taken: &[ModelName]) {
+/// After [`take_back`] and [`put_back`]: the unique-key, partition and SCD type 2 versions of
+/// `work` below a model whose rows were taken back (`taken`) may have been refreshed by this
+/// apply from those rows (upserted, replaced or reconciled from rows no ledger records now), in
+/// the table the version `env` serves shares (the unchanged version `prod` serves, below a
+/// forward-only parent), and those not `restored` (their table's copy was not put back: its
+/// refresh did not write in place into a table the engine held, or the copy failed to go back)
+/// keep what it wrote. That served version is recorded as a pending refresh, so `status` lists
+/// it and the next apply or run of `env` refreshes it ([`crate::plan::mark_pending_rebuilds`]),
+/// as a `full` model below is found stale. Only `env`'s own: a version another environment
+/// serves from that table is refreshed by its writer, and the refused version is served by
+/// none. A version already pending keeps its first record. A failure is a warning naming the
+/// models: the apply's own error is the one reported.
+pub(super) fn refresh_again(project: &Project, state: &dyn StateStore, env: &str, work: &[&Action], taken: &[ModelName], restored: &BTreeSet<ModelName>) {
     if taken.is_empty() {
         return;
     }
     let taken: BTreeSet<&ModelName> = taken.iter().collect();
     let below: Vec<(&Action, String)> = work
         .iter()
-        .filter(|a| a.change != Change::Removed && project.dag.get(&a.name).is_some_and(|m| m.kind.is_refreshed()))
+        .filter(|a| a.change != Change::Removed && !restored.contains(&a.name) && project.dag.get(&a.name).is_some_and(|m| m.kind.is_refreshed()))
         .filter_map(|a| {
             let from = project.dag.ancestors(&a.name).into_iter().find(|p| taken.contains(&p.name))?;
             Some((*a, format!("downstream of {}, whose rows an apply that promoted nothing took back after this refresh may have read them", from.name)))
@@ -211,6 +247,156 @@ pub(super) fn refresh_again(project: &Project, state: &dyn StateStore, env: &str
     if let Err(e) = state.record_pending_rebuilds(&records, interval::now_millis()) {
         let models: Vec<&str> = records.iter().map(|r| r.0.as_str()).collect();
         tracing::warn!("cannot record that {} may hold rows read from what was taken back (the next run refreshes them as due): {e}", models.join(", "));
+    }
+}
+
+/// The models of `work` whose writes into a table they inherit [`take_back`] takes back if the
+/// apply fails: time-range versions writing into another version's table ([`writes_inherited`])
+/// that no environment serves (read before any write; [`take_back`] reads it again). Nothing is
+/// read when none writes into an inherited table (`run`'s work is none of them either).
+///
+/// # Errors
+/// The state store's reads.
+pub(super) fn at_risk(project: &Project, state: &dyn StateStore, work: &[&Action]) -> Result<BTreeSet<ModelName>, StateError> {
+    let inheriting: Vec<&Action> = work.iter().copied().filter(|a| writes_inherited(project, a)).collect();
+    if inheriting.is_empty() {
+        return Ok(BTreeSet::new());
+    }
+    let served = served_versions(state)?;
+    Ok(inheriting.into_iter().filter(|a| !served.contains(&(a.name.to_string(), a.fingerprint.as_str().to_string()))).map(|a| a.name.clone()).collect())
+}
+
+/// True when the unique-key, partition or SCD type 2 refresh of `action` (`model`) writes in
+/// place into a table the engine held before this apply (`catalog`: the table of the version an
+/// environment serves, or of one stored with it) below a model of `at_risk` ([`at_risk`]), whose
+/// rows it may read before they are taken back. Not a table the apply builds (a new version's,
+/// a lost one's rebuild, an SCD history carried over: no environment serves what it holds), nor
+/// a lake or DuckLake table (the kinds are the engine's tables only).
+fn refreshes_kept_table(
+    project: &Project,
+    at_risk: &BTreeSet<ModelName>,
+    catalog: &crate::engine::Catalog,
+    action: &Action,
+    model: &Model,
+    physical: &str,
+) -> bool {
+    !at_risk.is_empty()
+        && model.kind.is_refreshed()
+        && model.target == Target::Table
+        && !action.build
+        && !physical.is_empty()
+        && !batch::table_absent(physical, catalog)
+        && project.dag.ancestors(&action.name).iter().any(|m| at_risk.contains(&m.name))
+}
+
+/// Just before the unique-key, partition or SCD type 2 refresh of `action` (`model`) writes into
+/// `physical`, when it writes there in place below a model whose writes the apply takes back if
+/// it fails ([`refreshes_kept_table`]): copies the table into a temporary table of this
+/// connection ([`crate::engine::kept_copy_name`], [`crate::engine::dialect::Dialect::copy_to_temp`],
+/// replacing one an earlier attempt left), for [`put_back`]. `None` (nothing copied) otherwise.
+/// The refreshes of those kinds run on the apply's own connection, as [`put_back`] does.
+///
+/// # Errors
+/// [`ApplyError::Build`] naming the model when the table cannot be described or copied: nothing
+/// of the refresh is written then.
+pub(super) fn keep(
+    project: &Project,
+    at_risk: &BTreeSet<ModelName>,
+    catalog: &crate::engine::Catalog,
+    (action, model): (&Action, &Model),
+    physical: &str,
+    engine: &mut dyn Engine,
+) -> Result<Option<Kept>, ApplyError> {
+    if !refreshes_kept_table(project, at_risk, catalog, action, model, physical) {
+        return Ok(None);
+    }
+    let columns: Vec<String> =
+        engine.describe(&format!("SELECT * FROM {physical}")).map_err(|e| ApplyError::build(model, None, e))?.into_iter().map(|c| c.name).collect();
+    let copy = crate::engine::kept_copy_name(physical);
+    engine.transaction(&engine.sql().copy_to_temp(&copy, physical)).map_err(|e| ApplyError::build(model, None, e))?;
+    tracing::debug!(model = %model.name, table = physical, copy = %copy, "table copied before its refresh in place: put back if nothing is promoted");
+    Ok(Some(Kept { physical: physical.to_string(), copy, columns, fingerprint: action.fingerprint.as_str().to_string() }))
+}
+
+/// After [`take_back`]: each table [`keep`] copied before this apply refreshed it in place below
+/// a model of `refused` (its writes taken back, or meant to be: [`TakenBack::refused`]) gets the
+/// copy's rows back in place of its own ([`put_back_one`]): it holds what it held before the
+/// apply, which no later refresh would give back (an upsert never deletes a key its query no
+/// longer returns, a reconciliation never reopens what it closed). Nothing when this process no
+/// longer holds its environment's lock (another may be writing those tables). Returns the
+/// models put back; the others keep their copy for [`drop_kept`] and are left to
+/// [`refresh_again`]. A failure is a warning naming the model: the apply's own error is the
+/// one reported.
+pub(super) fn put_back(
+    project: &Project,
+    state: &dyn StateStore,
+    engine: &mut dyn Engine,
+    refused: &BTreeSet<ModelName>,
+    kept: &mut Keeps,
+) -> BTreeSet<ModelName> {
+    let mut restored = BTreeSet::new();
+    let below: Vec<ModelName> = kept.keys().filter(|name| project.dag.ancestors(name).iter().any(|m| refused.contains(&m.name))).cloned().collect();
+    if below.is_empty() {
+        return restored;
+    }
+    if let Err(e) = state.check_fence() {
+        tracing::warn!("the apply failed and no longer holds its lock: the tables it refreshed below what it took back keep that refresh: {e}");
+        return restored;
+    }
+    for name in below {
+        let (Some(k), Some(model)) = (kept.get(&name), project.dag.get(&name)) else { continue };
+        match put_back_one(state, engine, model, k) {
+            Ok(()) => {
+                tracing::warn!(model = %name, "nothing was promoted: its table, refreshed in place from rows that were then taken back, holds what it held before the apply again");
+                kept.remove(&name);
+                restored.insert(name);
+            }
+            Err(e) => {
+                tracing::warn!(model = %name, "nothing was promoted, and its table, refreshed in place from rows that were then taken back, could not be put back as it was: {e}")
+            }
+        }
+    }
+    restored
+}
+
+/// Puts `k`'s copy back into the table of `model` it was taken from, and the version's records
+/// with it: the data generation of every version stored in the table is moved first, as for any
+/// write (a `full` model built from the refreshed rows is found stale, a recorded audit pass
+/// no longer counts; generations never go back), then, in ONE engine transaction, the table's
+/// rows are replaced by the copy's, by column name, and the copy is dropped
+/// ([`crate::engine::dialect::Dialect::restore_from_temp`]); then the refresh the version
+/// recorded ([`StateStore::record_refresh`]: its ledger) is cleared, so neither its cron nor the
+/// plan's reading of the table's last refresh ([`crate::plan::generations::last_refresh_on`])
+/// takes the refresh taken back for done: the version counts as never refreshed (refreshed when
+/// due). Its other records only say more than it holds (what it was built from names the refused
+/// parent version, whose generation the take-back moved): the next plan refreshes it where those
+/// are read. A process stopped before the engine transaction commits leaves the refreshed rows,
+/// recording no pending refresh (as one stopped before [`take_back`]).
+///
+/// # Errors
+/// The state store's writes; the engine's ([`ApplyError::Build`] naming the model: the
+/// transaction rolled back, the refreshed rows and the copy as they were).
+fn put_back_one(state: &dyn StateStore, engine: &mut dyn Engine, model: &Model, k: &Kept) -> Result<(), ApplyError> {
+    let name = model.name.to_string();
+    let write = state.begin_data_write(&name, &k.fingerprint, interval::now_millis())?;
+    engine.transaction(&engine.sql().restore_from_temp(&k.physical, &k.copy, &k.columns)).map_err(|e| ApplyError::build(model, None, e))?;
+    state.end_data_write(&write, true, interval::now_millis())?;
+    let ledger = state.done_ledger(&name, &k.fingerprint)?;
+    if let (Some(first), Some(last)) = (ledger.keys().next(), ledger.keys().next_back()) {
+        state.clear_intervals(&name, &k.fingerprint, *first, *last + 1)?;
+    }
+    Ok(())
+}
+
+/// Drops every copy [`keep`] took that [`put_back`] did not put back (the apply promoted, or
+/// the refresh was not below what was taken back, or the copy could not go back): best effort,
+/// each a temporary table of this connection, which goes with it anyway.
+pub(super) fn drop_kept(engine: &mut dyn Engine, kept: &mut Keeps) {
+    for (name, k) in std::mem::take(kept) {
+        let dialect = engine.sql();
+        if let Err(e) = engine.execute(&dialect.drop_table_if_exists(&dialect.temp_relation(&k.copy))) {
+            tracing::debug!(model = %name, copy = %k.copy, "the copy of its table stays until the connection closes: {e}");
+        }
     }
 }
 

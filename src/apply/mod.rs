@@ -1201,6 +1201,9 @@ fn execute_recorded(
     // taken back (and given back) if the apply fails ([`inherited`], SPEC §4 invariant 65).
     let mut wrote = inherited::Wrote::new();
     let mut cleared = inherited::Cleared::new();
+    // The copies of the unique-key, partition and SCD type 2 tables refreshed in place below
+    // those versions, taken before their refresh: put back if the apply fails.
+    let mut kept = inherited::Keeps::new();
     let outcome = std::thread::scope(|scope| {
         let mut under_way = early_db.map(|db| {
             tracing::debug!(sources = early.len(), "audits of file sources run while the models are built");
@@ -1208,9 +1211,12 @@ fn execute_recorded(
             scope.spawn(move || tracing::dispatcher::with_default(&dispatch, || run_early_audits(db, early, stop)))
         });
         let outcome = (|| -> Result<(), ApplyError> {
-            if !refresh {
+            let at_risk = if refresh {
+                BTreeSet::new()
+            } else {
                 cleared = inherited::clear_rewritten(project, state, &work)?;
-            }
+                inherited::at_risk(project, state, &work)?
+            };
             if refresh {
                 // Tables this environment shares with `prod`, which writes them under other
                 // audits: audited before anything is refreshed, so no model of this run computes
@@ -1243,6 +1249,8 @@ fn execute_recorded(
                 complete: HashMap::new(),
                 stored_in: None,
                 wrote: &mut wrote,
+                at_risk: &at_risk,
+                kept: &mut kept,
             };
             schedule::schedule(&mut builder, &deps, &parallel, engine, jobs)?;
             // Reported in the plan's (topological) order, whichever finished first.
@@ -1332,15 +1340,19 @@ fn execute_recorded(
         // no environment serves wrote into a table they serve are taken back. Not done any
         // more, their intervals are not reported as committed (a `--retries` attempt computes
         // them again and counts them).
-        let taken = inherited::take_back(project, state, engine, &work, &wrote, &cleared);
-        for name in &taken {
+        let back = inherited::take_back(project, state, engine, &work, &wrote, &cleared);
+        for name in &back.taken {
             forget_intervals(&mut report.per_model, &mut report.intervals, name);
             if let Some(own) = own.as_mut() {
                 forget_intervals(&mut own.per_model, &mut own.intervals, name);
             }
         }
-        inherited::refresh_again(project, state, &plan.env, &work, &taken);
+        // The keyed tables refreshed in place below them get what they held back; the others
+        // are refreshed again by the next run or apply.
+        let restored = inherited::put_back(project, state, engine, &back.refused, &mut kept);
+        inherited::refresh_again(project, state, &plan.env, &work, &back.taken, &restored);
     }
+    inherited::drop_kept(engine, &mut kept);
     if let (Err(_), Some(committed)) = (&outcome, &options.committed) {
         // A later attempt reports what this one committed before it failed.
         let mine = own.take().unwrap_or_else(|| Committed::of(&report));
@@ -1675,6 +1687,7 @@ fn read_sources(
 /// # Errors
 /// [`ApplyError::Rejected`] for the first such model; the state store's reads.
 fn shared_writes(project: &Project, plan: &Plan, state: &dyn StateStore, work: &crate::plan::work::Work<'_>) -> Result<(), ApplyError> {
+    lost_full_left_to_prod(project, plan)?;
     // What this apply or run writes, as it decided it (`plan::work::decide`): a time-range
     // model's intervals, a table refreshed or reconciled whole.
     let written: BTreeSet<&ModelName> = work.work.iter().map(|a| &a.name).collect();
@@ -1750,6 +1763,29 @@ fn shared_writes(project: &Project, plan: &Plan, state: &dyn StateStore, work: &
         }
     }
     Ok(())
+}
+
+/// Outside `prod`: refuses to rebuild a lost table (or lake file) of a `full` version on the table
+/// `prod` serves under audits this environment lacks, or other pre/post statements
+/// (`plan::WriterHolds::Rebuilds`: the plan builds such a version only to repair it). Rebuilt
+/// here, the table `prod` serves would hold rows `prod`'s audits never checked; `prod`'s apply
+/// rebuilds it under its own.
+///
+/// # Errors
+/// [`ApplyError::Rejected`] for the first such model.
+fn lost_full_left_to_prod(project: &Project, plan: &Plan) -> Result<(), ApplyError> {
+    let held = |a: &&crate::plan::Action| a.build && matches!(a.writer_holds, crate::plan::WriterHolds::Rebuilds { .. });
+    let Some((a, model)) = plan.actions.iter().filter(held).find_map(|a| project.dag.get(&a.name).map(|m| (a, m))) else { return Ok(()) };
+    let env = &plan.env;
+    Err(ApplyError::Rejected {
+        model: a.name.clone(),
+        location: model.location.clone(),
+        message: format!(
+            "its table {} is lost, and `prod` serves it too under audits `{env}` lacks or other pre/post statements: rebuilt here, `prod` would serve rows its audits never checked; nothing was done\n  \
+             hint: `efmesh apply prod` rebuilds it under `prod`'s audits; then apply `{env}`",
+            a.physical.as_deref().unwrap_or_default()
+        ),
+    })
 }
 
 /// Outside `prod`: refuses to rebuild a lost table (dropped by hand) of a time-range, unique-key,
@@ -1874,7 +1910,8 @@ fn record_memo(project: &Project, plan: &Plan, state: &dyn StateStore) -> Result
         }
     }
     // Nor when `prod` writes a version this environment serves too under other settings
-    // (`plan::prod_writes_it`): the memo carries no holds.
+    // (`plan::prod_writes_it`), or rebuilds a `full` table it serves under audits this
+    // environment lacks (`plan::prod_rebuilds_under`): the memo carries no holds.
     if plan.actions.iter().any(|a| a.writer_holds != crate::plan::WriterHolds::Nothing) {
         return Ok(());
     }
@@ -2947,6 +2984,12 @@ struct Builder<'a, 'p> {
     /// What the versions inheriting a table wrote there, taken back if the apply fails
     /// ([`inherited::take_back`]).
     wrote: &'a mut inherited::Wrote,
+    /// The models whose writes into a table they inherit the apply takes back if it fails
+    /// ([`inherited::at_risk`]; none for `run`): a unique-key, partition or SCD type 2 table
+    /// refreshed in place below one is copied first ([`inherited::keep`]).
+    at_risk: &'a BTreeSet<ModelName>,
+    /// Those copies, put back if the apply fails ([`inherited::put_back`]).
+    kept: &'a mut inherited::Keeps,
 }
 
 /// Time-range models of `work` writing into a table that exists before their batches (it held
@@ -3530,6 +3573,11 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                 let built_from = read_built_from(project, self.versions, &model.name, state)?;
                 // Test hook: holds this connection before the upsert (as `run_job` does a job).
                 fault::delay_point(&format!("build:{}", model.name));
+                // A table environments serve, refreshed in place from rows the apply takes back
+                // if it fails: copied first, put back then (SPEC §4 invariant 65).
+                if let Some(kept) = inherited::keep(project, self.at_risk, self.catalog, (action, model), &physical, engine)? {
+                    self.kept.insert(model.name.clone(), kept);
+                }
                 let write = state.begin_data_write(&snapshot.name, &snapshot.fingerprint, interval::now_millis())?;
                 let (pre, post) = batch::pre_post(model, exec, None);
                 let (stats, results) = upsert::write(engine, model, by, &physical, &sql, (&pre, &post), &checks)?;
@@ -3570,6 +3618,12 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                     // No snapshot records this version: a table of its name is what an
                     // interrupted apply left, perhaps from another choice (a carry over).
                     engine.execute(&engine.sql().drop_table_if_exists(&physical)).map_err(|e| build_err(e, None))?;
+                }
+                // A history environments serve, reconciled in place (as an upsert's table).
+                if carry.is_none()
+                    && let Some(kept) = inherited::keep(project, self.at_risk, self.catalog, (action, model), &physical, engine)?
+                {
+                    self.kept.insert(model.name.clone(), kept);
                 }
                 // Marked before the engine write, taken back when nothing changed (as an upsert).
                 let write = state.begin_data_write(&snapshot.name, &snapshot.fingerprint, interval::now_millis())?;
@@ -3727,6 +3781,9 @@ mod tests {
         committed.add(Committed::of(&ApplyReport { restated_meanwhile: vec![refused("t.other", 0, 1)], ..ApplyReport::default() }));
         let plan = Plan {
             env: "dev".into(),
+            new_environment: None,
+            did_you_mean: None,
+            existing_environments: Vec::new(),
             now: 0,
             has_changes: true,
             actions: Vec::new(),

@@ -69,6 +69,19 @@ pub fn resolve_source_path(root: &std::path::Path, path: &str) -> String {
 
 pub use crate::plan::integrity::{embeds_project_root, is_url};
 
+/// What is said of an external's local `path` (or glob) that matches no file, by `apply`'s
+/// source check and `efmesh check`'s `missing_source_file` alike: the path as written and, when
+/// relative, as the engine reads it ([`resolve_source_path`] against `root`, the project
+/// directory).
+pub fn no_file_message(root: &std::path::Path, path: &str) -> String {
+    let what = if path.contains(['*', '?', '[', '{']) { format!("no file matches the pattern `{path}`") } else { format!("file `{path}` does not exist") };
+    if std::path::Path::new(path).is_absolute() {
+        what
+    } else {
+        format!("{what} (read as `{}`, relative to the project directory)", resolve_source_path(root, path))
+    }
+}
+
 /// The expression reading an external source, restricted to its declared columns (cast to
 /// their declared types when the reader could not type them, see
 /// [`External::typed_by_consumers`]). A CSV glob with a guarded column is read with each row's
@@ -146,5 +159,23 @@ impl Resolver for ExecResolver<'_> {
             Mode::Env(env) => format!("{}.{}", quote_ident(&env_schema(env, model.schema())), quote_ident(model.table())),
             _ => self.physicals.get(model).cloned().unwrap_or_else(|| typed_empty(m)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A missing file or glob is named as written and, when relative, as the engine reads it.
+    #[test]
+    fn a_missing_source_is_named_as_written_and_as_read() {
+        let root = std::path::Path::new("/p");
+        assert_eq!(no_file_message(root, "data/x.csv"), "file `data/x.csv` does not exist (read as `/p/data/x.csv`, relative to the project directory)");
+        assert_eq!(
+            no_file_message(root, "data/day=*/e.csv"),
+            "no file matches the pattern `data/day=*/e.csv` (read as `/p/data/day=*/e.csv`, relative to the project directory)"
+        );
+        assert_eq!(no_file_message(root, "/srv/x.parquet"), "file `/srv/x.parquet` does not exist");
+        assert_eq!(resolve_source_path(root, "s3://b/x.parquet"), "s3://b/x.parquet");
     }
 }

@@ -68,10 +68,11 @@ pub fn blocked_by(plan: &Plan) -> Vec<String> {
         .iter()
         .filter(|a| a.change != Change::Unchanged || a.repair.is_some())
         .map(|a| match (&a.repair, a.change) {
-            // Its table is another environment's to rebuild ([`super::lost_shared_tables`]).
+            // Its table is another environment's to rebuild ([`super::lost_shared_tables`]; a
+            // `full` one on `prod`'s table under audits lacking here, [`super::lost_full_left_to_prod`]).
             (Some(r), _)
                 if r.physical_missing
-                    && let crate::plan::WriterHolds::All { writer, .. } = &a.writer_holds =>
+                    && let crate::plan::WriterHolds::All { writer, .. } | crate::plan::WriterHolds::Rebuilds { writer, .. } = &a.writer_holds =>
             {
                 format!("{}: {} (`efmesh apply {writer}` repairs it: its table is also what `{writer}` serves)", a.name, r.summary())
             }

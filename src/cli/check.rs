@@ -5,21 +5,24 @@
 //! through the SQL AST ([`crate::sql::lineage`]) against the parents' declared schemas (embedded
 //! parents included). Neither the DuckDB file nor the state store is opened.
 //!
-//! Every error names the model, its file:line (where `define_model` is), the column and the
+//! Every error names the model, its file:line (the line of the query in its file when known:
+//! [`Model::location_of_query_line`]; where `define_model` is otherwise), the column and the
 //! parent, with the position in the query when known and a "did you mean" hint when a parent
-//! column is close. Exit 1 on any error, load errors included (printed in the same shape).
+//! column is close. Exit 1 on any error, load errors included (printed in the same shape; a Lua
+//! or Rhai error's call stack only as `"traceback"` in `--json`).
 //!
 //! Then the lint rules ([`crate::sql::lint`]: `missing_grain`, `select_star_external`,
-//! `ambiguous_column`, `time_filter_column`, `batch_rescan`), as `[lint]` in `efmesh.toml` and
-//! each model's `ignored_lints` say: a finding is a warning (`warning[rule]:` lines, `"warnings"`
-//! in `--json`), which never changes the exit code, unless `[lint] error` names its rule (then
-//! it is an error, `error[rule]:`, in `"errors"`, exit 1).
+//! `ambiguous_column`, `time_filter_column`, `batch_rescan`; `unknown_type` and
+//! `missing_source_file`, which need the engine's types and the file system, here), as `[lint]`
+//! in `efmesh.toml` and each model's `ignored_lints` say: a finding is a warning
+//! (`warning[rule]:` lines, `"warnings"` in `--json`), which never changes the exit code, unless
+//! `[lint] error` names its rule (then it is an error, `error[rule]:`, in `"errors"`, exit 1).
 
 use super::Exit;
 use super::printer::Printer;
 use crate::config::Config;
 use crate::core::fragment::CanonicalResolver;
-use crate::core::{LoadError, Location, Model, ModelName};
+use crate::core::{External, Kind, LoadError, Location, Model, ModelName};
 use crate::project::Project;
 use crate::sql::canon::SqlError;
 use crate::sql::lineage::{self, ColumnProblem};
@@ -43,11 +46,23 @@ struct Finding {
     hint: Option<String>,
     sql_line: Option<u64>,
     sql_column: Option<u64>,
+    /// A Lua or Rhai error's call stack ([`LoadError::traceback`]): in `--json` only.
+    traceback: Option<String>,
 }
 
 impl Finding {
     fn from_load_error(e: LoadError) -> Self {
-        Finding { location: e.location, model: e.model, column: None, parent: None, message: e.message, hint: e.hint, sql_line: None, sql_column: None }
+        Finding {
+            location: e.location,
+            model: e.model,
+            column: None,
+            parent: None,
+            message: e.message,
+            hint: e.hint,
+            sql_line: None,
+            sql_column: None,
+            traceback: e.traceback,
+        }
     }
 
     /// The human line(s), in the shape of a load error: `file:line: model `x`: message` and an
@@ -64,6 +79,7 @@ impl Finding {
             message: format!("{}{at}", self.message),
             hint: self.hint.clone(),
             field: None,
+            traceback: None,
         };
         e.to_string()
     }
@@ -88,6 +104,9 @@ impl Finding {
         }
         if let Some(c) = self.sql_column {
             o.insert("sqlColumn".into(), c.into());
+        }
+        if let Some(t) = &self.traceback {
+            o.insert("traceback".into(), t.clone().into());
         }
         Value::Object(o)
     }
@@ -231,6 +250,7 @@ fn check(config_path: &Path) -> Report {
                 hint: e.hint().map(str::to_string),
                 sql_line: None,
                 sql_column: None,
+                traceback: None,
             };
             return Report { errors: vec![error], not_loaded: true, ..Report::default() };
         }
@@ -244,9 +264,11 @@ fn check(config_path: &Path) -> Report {
     };
     let mut report = Report { models: project.dag.len(), ..Report::default() };
     let unknown = unknown_types(&project, &config);
+    let mut missing_sources = missing_source_files(&project, &config);
     for model in project.dag.models() {
         let analysis = check_model(&project, model, &mut report, true);
-        for l in lint::lint_model(&project.dag, model, analysis.as_ref()).into_iter().chain(type_lints(&project, model, &unknown)) {
+        let lints = lint::lint_model(&project.dag, model, analysis.as_ref()).into_iter().chain(type_lints(&project, model, &unknown));
+        for l in lints.chain(missing_sources.remove(&model.name)) {
             if !config.lint.runs(l.rule) || model.ignored_lints.iter().any(|r| r == l.rule) {
                 continue;
             }
@@ -272,7 +294,7 @@ pub(super) fn column_errors(project: &Project, model: &Model) -> Vec<LoadError> 
                 (Some(l), None) => format!(", at line {l} of the query"),
                 _ => String::new(),
             };
-            LoadError { location: f.location, model: f.model, message: format!("{}{at}", f.message), hint: f.hint, field: None }
+            LoadError { location: f.location, model: f.model, message: format!("{}{at}", f.message), hint: f.hint, field: None, traceback: f.traceback }
         })
         .collect()
 }
@@ -362,6 +384,13 @@ fn unknown_types(project: &Project, config: &Config) -> BTreeMap<String, String>
     crate::engine::unknown_types(config, &types).into_iter().collect()
 }
 
+/// The hint of an `unknown_type` finding, unless the type reads as columns run together.
+const UNKNOWN_TYPE_HINT: &str = "correct the type, or, when the database itself defines it (`CREATE TYPE`), which `check` cannot see, add `unknown_type` \
+     to the model's `ignored_lints`; otherwise `apply` stops at this model's schema contract, before building anything";
+
+/// The hint of a query's output that differs from the declared schema, unless a comma is missing.
+const CONTRACT_HINT: &str = "the schema is the query's contract: `apply` refuses to build a model whose query returns other columns, or in another order";
+
 /// The `unknown_type` findings of `model`: one per column whose declared type is in `unknown`.
 fn type_lints(project: &Project, model: &Model, unknown: &BTreeMap<String, String>) -> Vec<Lint> {
     let engine = crate::engine::dialect_for(&project.config).title();
@@ -371,16 +400,55 @@ fn type_lints(project: &Project, model: &Model, unknown: &BTreeMap<String, Strin
         .iter()
         .filter_map(|c| {
             let message = unknown.get(&c.ty)?;
+            // `-- schema: id integer name varchar`: a comma missing, not a type to correct.
+            let hint = crate::core::schema::missing_comma_hint(&c.name, &c.ty).unwrap_or_else(|| UNKNOWN_TYPE_HINT.to_string());
             Some(
                 Lint::new("unknown_type", model, crate::engine::not_a_type(&c.name, &c.ty, engine, message))
-                    .hint(
-                        "correct the type, or, when the database itself defines it (`CREATE TYPE`), which `check` cannot see, add `unknown_type` to the model's `ignored_lints`; \
-                         otherwise `apply` stops at this model's schema contract, before building anything"
-                            .to_string(),
-                    )
+                    .hint(hint)
                     .fact("column", c.name.clone())
                     .fact("type", c.ty.clone()),
             )
+        })
+        .collect()
+}
+
+/// The `missing_source_file` findings, by model: each file external whose local path or glob
+/// matches no file. The path is resolved as `apply` reads it
+/// ([`crate::apply::resolve::resolve_source_path`]) and globbed as the engine does
+/// ([`crate::engine::unmatched_files`]: a private in-memory DuckDB, never the project's
+/// database), and the message is `apply`'s ([`crate::apply::resolve::no_file_message`]). A URL
+/// (`s3://`, `https://`, `hf://`, …) is the engine's to reach: never looked for; tables are no
+/// files. None when the rule does not run, and on an engine that reads no files (Postgres).
+fn missing_source_files(project: &Project, config: &Config) -> BTreeMap<ModelName, Lint> {
+    if !config.lint.runs("missing_source_file") {
+        return BTreeMap::new();
+    }
+    let root = &project.config.root;
+    let local: Vec<(&Model, &str, String)> = project
+        .dag
+        .models()
+        .filter(|m| !m.ignored_lints.iter().any(|r| r == "missing_source_file"))
+        .filter_map(|m| match &m.kind {
+            Kind::External(External::Files { path, .. }) if !crate::apply::resolve::is_url(path) => {
+                Some((m, path.as_str(), crate::apply::resolve::resolve_source_path(root, path)))
+            }
+            _ => None,
+        })
+        .collect();
+    let unmatched = crate::engine::unmatched_files(config, &local.iter().map(|(_, _, r)| r.as_str()).collect::<Vec<_>>());
+    local
+        .into_iter()
+        .filter(|(_, _, resolved)| unmatched.contains(resolved))
+        .map(|(m, path, resolved)| {
+            let lint = Lint::new("missing_source_file", m, crate::apply::resolve::no_file_message(root, path))
+                .hint(
+                    "create the file, or correct the external's `path`: `apply` stops at this source before building a model that reads it; \
+                     when the file comes only where `apply` runs, add `missing_source_file` to the model's `ignored_lints` (or `[lint] ignore`)"
+                        .to_string(),
+                )
+                .fact("path", path)
+                .fact("resolvedPath", resolved);
+            (m.name.clone(), lint)
         })
         .collect()
 }
@@ -396,21 +464,31 @@ fn check_outputs(model: &Model, l: &lineage::QueryLineage, report: &mut Report) 
     let declared: Vec<&str> = model.schema.0.iter().map(|c| c.name.as_str()).collect();
     let has = |list: &[&str], name: &str| list.iter().any(|d| d.eq_ignore_ascii_case(name));
     let returned: Vec<&str> = returned.iter().map(String::as_str).collect();
-    let mut problems: Vec<(String, String)> = Vec::new();
+    // A returned column the schema lacks because a comma is missing before it in the declaration
+    // (`-- schema: id integer name varchar` declares `id` only): the hint says so.
+    let comma_missing = |r: &str| {
+        model.schema.0.iter().find_map(|c| {
+            let pairs = crate::core::schema::run_together(&c.name, &c.ty)?;
+            let meant = pairs.iter().skip(1).any(|(n, _)| n.trim_matches('"').eq_ignore_ascii_case(r));
+            if meant { crate::core::schema::missing_comma_hint(&c.name, &c.ty) } else { None }
+        })
+    };
+    // (column, message, a hint other than the contract's)
+    let mut problems: Vec<(String, String, Option<String>)> = Vec::new();
     for d in &declared {
         if !has(&returned, d) {
-            problems.push(((*d).to_string(), format!("declared column `{d}` is not returned by the query")));
+            problems.push(((*d).to_string(), format!("declared column `{d}` is not returned by the query"), None));
         }
     }
     for (i, r) in returned.iter().enumerate() {
         let before = returned[..i].iter().filter(|b| b.eq_ignore_ascii_case(r)).count();
         if !has(&declared, r) {
             if before == 0 {
-                problems.push(((*r).to_string(), format!("the query returns column `{r}`, which the schema does not declare")));
+                problems.push(((*r).to_string(), format!("the query returns column `{r}`, which the schema does not declare"), comma_missing(r)));
             }
         } else if before == 1 {
             // The contract's words: the table cannot have the column twice.
-            problems.push(((*r).to_string(), format!("the query returns column `{r}` more than once (name each output column once)")));
+            problems.push(((*r).to_string(), format!("the query returns column `{r}` more than once (name each output column once)"), None));
         }
     }
     // The order only where the lineage knows it (a `*` over a `USING` join: Postgres puts the
@@ -420,18 +498,21 @@ fn check_outputs(model: &Model, l: &lineage::QueryLineage, report: &mut Report) 
         problems.push((
             first.to_string(),
             format!("columns are returned in another order: declared ({}), returned ({})", declared.join(", "), returned.join(", ")),
+            None,
         ));
     }
-    for (column, message) in problems {
+    for (column, message, hint) in problems {
+        let hint = hint.unwrap_or_else(|| CONTRACT_HINT.to_string());
         report.errors.push(Finding {
             location: Some(model.location.clone()),
             model: Some(model.name.clone()),
             column: Some(column),
             parent: None,
             message,
-            hint: Some("the schema is the query's contract: `apply` refuses to build a model whose query returns other columns, or in another order".into()),
+            hint: Some(hint),
             sql_line: None,
             sql_column: None,
+            traceback: None,
         });
     }
 }
@@ -494,5 +575,6 @@ fn finding(model: &Model, parents: &BTreeMap<String, Vec<String>>, p: ColumnProb
         hint,
         sql_line: p.line,
         sql_column: p.col,
+        traceback: None,
     }
 }

@@ -319,11 +319,11 @@ pub fn run(mut args: Args) -> Result<Exit> {
     match args.command {
         Command::Init { dir } => init::run(&dir, &out),
         Command::Plan { env, json, explain, forward_only, reclassify, reset_history } => {
-            let options = plan::Options::parse(&forward_only, &reclassify).and_then(|o| o.with_reset_history(&reset_history)).map_err(|e| anyhow!(e))?;
+            let options = plan_options(&forward_only, &reclassify, &reset_history)?;
             cmd_plan(&args.config, &env, json, explain, &options, now()?, &out)
         }
         Command::Apply { env, yes, json, forward_only, reclassify, reset_history, wait, retries, jobs } => {
-            let options = plan::Options::parse(&forward_only, &reclassify).and_then(|o| o.with_reset_history(&reset_history)).map_err(|e| anyhow!(e))?;
+            let options = plan_options(&forward_only, &reclassify, &reset_history)?;
             let wait = wait.as_deref().map(lock::parse_duration).transpose().map_err(|e| anyhow!("--wait: {e}"))?.unwrap_or_default();
             cmd_apply(&args.config, &env, ApplyFlags { yes, json, wait, retries, jobs: jobs.map_or(0, |j| j as usize) }, &options, now()?, &out)
         }
@@ -443,6 +443,12 @@ fn refuse_ignored_config(args: &Args) -> Result<()> {
 #[error("{0}")]
 pub struct UsageError(pub String);
 
+/// The plan options of `plan` and `apply` (`--forward-only`, `--reclassify`, `--reset-history`):
+/// a malformed one is the command line's fault (`--json` error kind `usage`).
+fn plan_options(forward_only: &str, reclassify: &str, reset_history: &[String]) -> Result<plan::Options> {
+    plan::Options::parse(forward_only, reclassify).and_then(|o| o.with_reset_history(reset_history)).map_err(|e| anyhow!(UsageError(e)))
+}
+
 fn load(config_path: &std::path::Path) -> Result<Project> {
     // The hint is added by `main` ([`hint_for`]).
     crate::session::Session::open(config_path)?.into_project().map_err(|e| match e.downcast::<LoadErrors>() {
@@ -459,16 +465,15 @@ fn cmd_plan(config: &std::path::Path, env: &str, json: bool, explain: bool, opti
     let project = load(config)?;
     let state = open_state(&project, false)?;
     let mut plan = plan_checked(&project, &*state, env, now, options)?;
+    // A new environment is said so in the report (its plan builds everything from scratch): a
+    // line under the header naming the existing ones and the one a typo meant, `newEnvironment`
+    // and `didYouMean` in JSON — whose reader is a program: the human is told on stderr too.
+    plan.mark_new_environment(state.environments()?);
     let work = plan::work::decide(&project, &plan, &*state, false)?;
     // What `apply` would refuse is said here, never listed as work it would do.
     // (As apply words it, less what only an apply that ran can say.)
     let refused = crate::apply::refusal(&project, &plan, &*state, &work)?.map(|e| e.to_string().replace("; nothing was done", ""));
-    // A new environment whose name is a typo of an existing one is said so (its plan builds
-    // everything from scratch).
-    let known = state.environments()?;
-    if !known.iter().any(|e| e == env)
-        && let Some(like) = crate::core::error::did_you_mean(env, known.iter().map(String::as_str))
-    {
+    if json && let Some(like) = &plan.did_you_mean {
         tracing::warn!(env = %env, "environment `{env}` does not exist yet (did you mean `{like}`?): this plan creates it");
     }
     let refreshes = work.refreshes;
@@ -533,6 +538,8 @@ fn cmd_apply(config: &std::path::Path, env: &str, flags: ApplyFlags, options: &p
     let state = open_state(&project, false)?;
     let mut plan = plan_checked(&project, &*state, env, now, options)?;
     plan.also_writes = plan::work::decide(&project, &plan, &*state, false)?.refreshes;
+    // A new environment is said so before anyone confirms (a misspelt `prod`), as `plan` says it.
+    plan.mark_new_environment(state.environments()?);
     if !json {
         out.text(&printer::plan_text(&plan, true))?;
     }

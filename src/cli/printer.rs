@@ -57,6 +57,9 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
         summary.push_str(&format!(", {repairs} to repair"));
     }
     s.push_str(&format!("plan for environment `{}` ({summary})\n", plan.env));
+    if let Some(line) = new_environment_line(plan) {
+        s.push_str(&line);
+    }
     let width = plan.actions.iter().map(|a| a.name.to_string().len()).max().unwrap_or(0);
     let kwidth = plan.actions.iter().map(|a| a.kind.len()).max().unwrap_or(0);
     for a in &plan.actions {
@@ -203,6 +206,19 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
             if let Some(ci) = &e.column_impact {
                 let list = |v: &[String]| if v.is_empty() { "none".to_string() } else { v.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ") };
                 s.push_str(&format!("      columns changed: {}\n", list(&ci.changed)));
+                if !ci.removed.is_empty() || ci.moved {
+                    let mut what = Vec::new();
+                    if !ci.removed.is_empty() {
+                        what.push(format!("removes {} (dropped or renamed)", list(&ci.removed)));
+                    }
+                    if ci.moved {
+                        what.push("moves columns".to_string());
+                    }
+                    s.push_str(&format!(
+                        "      column list: the change {}; a child whose query may see that (whole rows, every column, columns by position, a name that binds elsewhere once removed) reads the change\n",
+                        what.join(" and ")
+                    ));
+                }
                 if ci.read_by.is_empty() && ci.not_read_by.is_empty() {
                     s.push_str("      read by: no model's query\n");
                 } else {
@@ -226,6 +242,26 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
         s.push_str(&format!("apply refuses this plan: {}\n", refused.replace('\n', "\n  ")));
     }
     s
+}
+
+/// How many existing environments the line of a new environment's plan names.
+const NAMED_ENVIRONMENTS: usize = 8;
+
+/// The line under a plan's header when its environment is new while others exist (a misspelt
+/// `prod` would otherwise show a whole plan with no sign of it): the existing ones (the first
+/// [`NAMED_ENVIRONMENTS`]) and the one meant when the name is close to one. `None` for an
+/// environment that exists, and for a project's first environment (nothing to mistake it for).
+fn new_environment_line(plan: &Plan) -> Option<String> {
+    if plan.new_environment != Some(true) || plan.existing_environments.is_empty() {
+        return None;
+    }
+    let all = &plan.existing_environments;
+    let mut existing = all.iter().take(NAMED_ENVIRONMENTS).map(|e| format!("`{e}`")).collect::<Vec<_>>().join(", ");
+    if all.len() > NAMED_ENVIRONMENTS {
+        existing.push_str(&format!(" and {} more", all.len() - NAMED_ENVIRONMENTS));
+    }
+    let meant = plan.did_you_mean.as_ref().map(|e| format!("; did you mean `{e}`?")).unwrap_or_default();
+    Some(format!("`{}` is a new environment: applying this plan creates it (existing: {existing}{meant})\n", plan.env))
 }
 
 /// The line under a history `apply` would refuse to start over: only the ways forward it would
@@ -325,5 +361,43 @@ mod tests {
             super::history_refused_text("m.h", &h),
             "apply refuses this: keep the rows kept upstream (and this table) with `--forward-only m.base`, keep the table with `--forward-only m.h` or start it over with `--reset-history m.h`"
         );
+    }
+
+    /// A plan with no action, of environment `env`, marked new or not against `known`.
+    fn plan_of(env: &str, known: &[&str]) -> crate::plan::Plan {
+        let mut plan = crate::plan::Plan {
+            env: env.into(),
+            new_environment: None,
+            did_you_mean: None,
+            existing_environments: Vec::new(),
+            now: 0,
+            has_changes: false,
+            actions: Vec::new(),
+            canon_cache_misses: Vec::new(),
+            from_memo: false,
+            generation: None,
+            also_writes: Vec::new(),
+            refused: None,
+        };
+        plan.mark_new_environment(known.iter().map(|e| e.to_string()).collect());
+        plan
+    }
+
+    /// A plan of a new environment says so under its header when other environments exist,
+    /// naming them and the one meant when the name is close; not for an existing environment,
+    /// nor for a project's first one.
+    #[test]
+    fn a_new_environments_plan_says_so_when_others_exist() {
+        let line = |env: &str, known: &[&str]| super::plan_text(&plan_of(env, known), false).lines().nth(1).unwrap_or_default().to_string();
+        assert_eq!(line("prd", &["dev", "prod"]), "`prd` is a new environment: applying this plan creates it (existing: `dev`, `prod`; did you mean `prod`?)");
+        assert_eq!(line("staging", &["dev", "prod"]), "`staging` is a new environment: applying this plan creates it (existing: `dev`, `prod`)");
+        assert_eq!(line("prod", &["dev", "prod"]), "  no changes");
+        assert_eq!(line("dev", &[]), "  no changes");
+        let many: Vec<String> = (0..10).map(|i| format!("pr{i}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert!(line("qa", &many).ends_with("(existing: `pr0`, `pr1`, `pr2`, `pr3`, `pr4`, `pr5`, `pr6`, `pr7` and 2 more)"), "{}", line("qa", &many));
+        let (new, old) = (plan_of("prd", &["prod"]), plan_of("prod", &["prod"]));
+        assert_eq!((new.new_environment, new.did_you_mean.as_deref()), (Some(true), Some("prod")));
+        assert_eq!((old.new_environment, old.did_you_mean.as_deref(), old.existing_environments.len()), (Some(false), None, 0));
     }
 }

@@ -4,7 +4,8 @@
 //! holder, per `full`/unique-key/partition/SCD type 2 model on a `cron` the tick it was last
 //! refreshed for and whether a refresh is due, the `full`/`view` rebuilds and the
 //! unique-key/partition/SCD type 2 refreshes an interrupted apply or run left pending and the `full`
-//! versions whose parents' data changed since they were built (stale rebuilds). `--check`
+//! versions whose parents' data changed since they were built (stale rebuilds; not those left to
+//! `prod`'s rebuilds outside `prod`, listed as not rebuilt here, `NotRefreshed`). `--check`
 //! exits 1 when failed intervals exist, the newest tick errored, or the engine lacks a relation
 //! the environment serves (as the plan's integrity check finds it, and, for models whose project
 //! version differs from the served one, as [`crate::plan::integrity::served_missing`] finds the
@@ -90,8 +91,10 @@ struct TakenOver {
 /// Outside `prod`: a unique-key, partition or SCD type 2 model whose table another environment
 /// writes through another version over other parent tables (`plan::WriterHolds::Refreshes`):
 /// never refreshed here, it serves that environment's rows (an SCD history reconciled from that
-/// environment's parents), which `plan`, `apply` and `run` say too ("not refreshed here").
-/// Shown, not a problem: as a time-range model's `leftTo`.
+/// environment's parents), which `plan`, `apply` and `run` say too ("not refreshed here"). Or a
+/// `full` model on the table `prod` serves under audits this environment lacks (or other pre/post
+/// statements, `plan::WriterHolds::Rebuilds`): never rebuilt here, it serves `prod`'s last build
+/// ("not rebuilt here"). Shown, not a problem: as a time-range model's `leftTo`.
 struct NotRefreshed {
     model: String,
     kind: &'static str,
@@ -100,6 +103,12 @@ struct NotRefreshed {
     /// The instant up to which the writer's last refresh holds rows
     /// ([`crate::state::refreshed_until`]); `None` when none is recorded.
     rows_up_to: Option<Millis>,
+    /// Left to the writer because of the settings it serves the model under (audits this
+    /// environment lacks, other statements), not because of other parent tables.
+    settings: bool,
+    /// A `full` model's: why it would be rebuilt here (its last build read other data than its
+    /// parents hold now), which the writer's next run or apply does.
+    behind: Option<String>,
 }
 
 /// A `full`, unique-key, partition or SCD type 2 model on a `cron`: what `run` last refreshed
@@ -344,7 +353,27 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             {
                 let rows_up_to = crate::state::refreshed_until(&*state, name, writer_fp)?;
                 left_keyed.insert(name.clone(), rows_up_to);
-                not_refreshed.push(NotRefreshed { model: name.clone(), kind, writer: writer.to_string(), rows_up_to });
+                not_refreshed.push(NotRefreshed { model: name.clone(), kind, writer: writer.to_string(), rows_up_to, settings: false, behind: None });
+            }
+        }
+    }
+    // `full` models on the table `prod` serves (this very version, or another stored there) under
+    // audits the environment lacks or other pre/post statements, as the environment serves them
+    // (`plan::prod_rebuilds_under`): never rebuilt here (`plan::WriterHolds::Rebuilds`), listed
+    // with the keyed models left to their writer, never as stale rebuilds this environment does.
+    let mut left_full: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    if env != crate::core::name::PROD {
+        let full: Vec<(&String, &String)> =
+            pointers.iter().filter(|(n, _)| ModelName::parse(n).ok().and_then(|m| served.dag.get(&m)).is_some_and(|m| matches!(m.kind, Kind::Full))).collect();
+        if !full.is_empty() {
+            let index = state.snapshot_index()?;
+            let mut prod_serves = None;
+            for (name, fp) in full {
+                let Some((physical, _)) = index.get(&(name.clone(), fp.clone())) else { continue };
+                let ours = || served_metadata.get(name).cloned().unwrap_or_default();
+                if crate::plan::prod_rebuilds_under(&*state, &index, &mut prod_serves, env, (name, fp, physical), ours)? {
+                    left_full.insert(name.clone());
+                }
             }
         }
     }
@@ -408,6 +437,19 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
         })
         .collect();
     let stale = crate::plan::generations::stale(&project, &*state, &candidates, &|n: &str| pointers.get(n).cloned())?;
+    // Those left to `prod` are not rebuilt here: `prod`'s next run or apply rebuilds them.
+    let (stale_left, stale): (Vec<_>, Vec<_>) = stale.into_iter().partition(|(n, _, _)| left_full.contains(&n.to_string()));
+    for name in &left_full {
+        let behind = stale_left.iter().find(|(n, _, _)| n.to_string() == *name).map(|(_, _, reason)| reason.clone());
+        not_refreshed.push(NotRefreshed {
+            model: name.clone(),
+            kind: "full",
+            writer: crate::core::name::PROD.to_string(),
+            rows_up_to: None,
+            settings: true,
+            behind,
+        });
+    }
     let failed_total: usize = lags.iter().map(|l| l.failed).sum::<usize>() + failed_other.iter().map(|(_, n)| n).sum::<usize>();
     // The newest tick that says whether a run succeeded (`processed`, `nothing-due`, `error`):
     // `lock-held` and `blocked` ticks after an error do not make it green.
@@ -565,12 +607,17 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 "dueSince": r.due.map(to_iso),
                 "nextDueAt": r.next_due.map(to_iso),
             })).collect::<Vec<_>>(),
-            // Unique-key, partition and SCD type 2 models left to another environment's refreshes.
+            // Unique-key, partition and SCD type 2 models left to another environment's refreshes,
+            // `full` models left to `prod`'s rebuilds (`otherSettings`: under audits this
+            // environment lacks or other statements, not over other parent tables; `behind`: why
+            // the writer's next run or apply rebuilds it, null when its last build is current).
             "notRefreshedHere": not_refreshed.iter().map(|n| json!({
                 "model": n.model,
                 "kind": n.kind,
                 "leftTo": n.writer,
                 "rowsUpTo": n.rows_up_to.map(to_iso),
+                "otherSettings": n.settings,
+                "behind": n.behind,
             })).collect::<Vec<_>>(),
             // Served models whose schedule the served metadata cannot give (no lag judged).
             "unjudged": unjudged.iter().map(|(m, why)| json!({"model": m, "reason": why})).collect::<Vec<_>>(),
@@ -700,6 +747,14 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             }
         }
         for n in &not_refreshed {
+            if n.kind == "full" {
+                let (w, behind) = (&n.writer, n.behind.as_ref().map_or(String::new(), |b| format!(" ({b}: `{}`'s next run or apply rebuilds it)", n.writer)));
+                text.push_str(&format!(
+                    "  ⇄ {}  not rebuilt here: its table is also what `{w}` serves, under audits `{env}` lacks or other pre/post statements, so `{env}` serves `{w}`'s last build of it{behind}, until `{env}` serves `{w}`'s audits and statements too\n",
+                    n.model
+                ));
+                continue;
+            }
             let (w, what) = (&n.writer, if n.kind == "scd_type2" { "history" } else { "rows" });
             let last = match n.rows_up_to {
                 Some(t) => format!("its last refresh there holds rows up to {}", to_iso(t)),

@@ -19,13 +19,37 @@ pub struct LoadError {
     /// The model property at fault (`kind`, `cron`…), when one is: a `.sql` model places the
     /// error at that property's header line.
     pub field: Option<&'static str>,
+    /// The script's call stack when the error is a Lua or Rhai one (Lua's `stack traceback:`
+    /// and its frames, Rhai's `at file:line:col` lines): kept out of `message`, which is the
+    /// error itself, so every report shows one line per error. `check --json` gives it as
+    /// `"traceback"`; the load logs it at debug level.
+    pub traceback: Option<String>,
 }
+
+/// What starts the call stack Lua appends to an error's text (`luaL_traceback`, called by
+/// mlua's and efmesh's message handlers): everything from there on is the traceback.
+const LUA_TRACEBACK: &str = "\nstack traceback:";
 
 impl LoadError {
     /// A diagnostic with a location and message (a word of it longer than [`MAX_WORD`]
-    /// characters cut: [`bounded_words`]).
+    /// characters cut: [`bounded_words`]). A Lua traceback in `message` (from its
+    /// `\nstack traceback:` on) goes to [`LoadError::traceback`], wherever the error was made
+    /// (a file's evaluation, a macro call, an audit body).
     pub fn new(location: Option<Location>, model: Option<ModelName>, message: impl Into<String>) -> Self {
-        Self { location, model, message: bounded_words(message.into()), hint: None, field: None }
+        let mut message = message.into();
+        let traceback = message.find(LUA_TRACEBACK).map(|at| {
+            let traceback = message[at + 1..].to_string();
+            message.truncate(at);
+            traceback
+        });
+        Self { location, model, message: bounded_words(message), hint: None, field: None, traceback: traceback.map(bounded_words) }
+    }
+
+    /// Sets the script's call stack ([`LoadError::traceback`]; `None` when `traceback` is empty).
+    pub fn with_traceback(mut self, traceback: impl Into<String>) -> Self {
+        let traceback = traceback.into();
+        self.traceback = (!traceback.is_empty()).then(|| bounded_words(traceback));
+        self
     }
 
     /// Names the model property at fault.
@@ -166,6 +190,21 @@ mod tests {
         assert_eq!(bounded_words(short.clone()), short);
         assert_eq!(excerpt("abcdef", 3, 60), "abc… (60 bytes)");
         assert_eq!(excerpt("abc", 3, 3), "abc");
+    }
+
+    #[test]
+    fn a_lua_traceback_is_kept_apart_from_the_message() {
+        let e = LoadError::new(None, None, "runtime error: boom\nstack traceback:\n\t[C]: in function 'error'\n\tmodels/x.lua:1: in main chunk");
+        assert_eq!(e.message, "runtime error: boom");
+        assert_eq!(e.traceback.as_deref(), Some("stack traceback:\n\t[C]: in function 'error'\n\tmodels/x.lua:1: in main chunk"));
+        // The report shows the error, not its call stack.
+        let located = LoadError { location: Some(Location { file: "models/x.lua".into(), line: 1 }), ..e };
+        assert_eq!(located.to_string(), "models/x.lua:1: runtime error: boom");
+        // A message of several lines without one keeps them all.
+        let e = LoadError::new(None, None, "a\nb");
+        assert_eq!((e.message.as_str(), e.traceback.as_deref()), ("a\nb", None));
+        assert_eq!(LoadError::new(None, None, "x").with_traceback("at models/x.rhai:1:2").traceback.as_deref(), Some("at models/x.rhai:1:2"));
+        assert_eq!(LoadError::new(None, None, "x").with_traceback("").traceback, None);
     }
 
     #[test]

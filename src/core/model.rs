@@ -69,10 +69,12 @@ pub struct Model {
     /// checked at load against the `define_signal` definitions). Neither fingerprinted nor part
     /// of the model's metadata: editing or adding a signal changes no version and blocks no run.
     pub signals: Vec<SignalUse>,
-    /// For a `.sql` file: the file line of each line of the query (`body`, as written, macro
-    /// calls expanded), in order, so an error the SQL parser or the engine places at a line of
-    /// the query is reported at that line of the file ([`Model::query_location`]). Empty for Lua
-    /// and Rhai models, whose query text the script builds.
+    /// The file line of each line of the query (`body`, as written, macro calls expanded), in
+    /// order, so an error the SQL parser or the engine places at a line of the query is reported
+    /// at that line of the file ([`Model::query_location`]): every `.sql` model's; a Lua or Rhai
+    /// model's when the text its script built is written as it is in the file of its
+    /// `define_model` call (literals around `ref()`/`cols()` calls:
+    /// `script::builder::script_query_lines`), else empty.
     #[serde(default)]
     pub query_lines: Vec<u32>,
 }
@@ -157,15 +159,15 @@ impl Model {
         }
     }
 
-    /// Where line `n` (1-based) of the query is written in its `.sql` file
-    /// ([`Model::query_lines`]); `None` for a Lua or Rhai model, or a line past the query.
+    /// Where line `n` (1-based) of the query is written in the model's file
+    /// ([`Model::query_lines`]); `None` when that is not known, or for a line past the query.
     pub fn query_location(&self, n: u64) -> Option<Location> {
         let line = *self.query_lines.get(usize::try_from(n).ok()?.checked_sub(1)?)?;
         Some(Location { file: self.location.file.clone(), line })
     }
 
-    /// Where an error at line `n` of the query (when known) is reported: that line of a `.sql`
-    /// file, otherwise the model's own location.
+    /// Where an error at line `n` of the query (when known) is reported: that line of the model's
+    /// file ([`Model::query_location`]), otherwise the model's own location.
     pub fn location_of_query_line(&self, n: Option<u64>) -> Location {
         n.and_then(|n| self.query_location(n)).unwrap_or_else(|| self.location.clone())
     }

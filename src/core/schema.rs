@@ -173,6 +173,102 @@ pub fn check_type_text(ty: &str) -> Result<(), String> {
     }
 }
 
+/// The words of a declared type, split at whitespace outside parentheses, brackets and quotes:
+/// `decimal(18, 2) name varchar` is `decimal(18, 2)`, `name`, `varchar`.
+fn type_words(ty: &str) -> Vec<&str> {
+    let mut words = Vec::new();
+    let (mut depth, mut quote, mut start) = (0i32, None::<char>, None::<usize>);
+    for (i, c) in ty.char_indices() {
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None => match c {
+                '\'' | '"' => quote = Some(c),
+                '(' | '[' => depth += 1,
+                ')' | ']' => depth -= 1,
+                c if c.is_whitespace() && depth <= 0 => {
+                    if let Some(s) = start.take() {
+                        words.push(&ty[s..i]);
+                    }
+                    continue;
+                }
+                _ => {}
+            },
+        }
+        if start.is_none() {
+            start = Some(i);
+        }
+    }
+    if let Some(s) = start {
+        words.push(&ty[s..]);
+    }
+    words
+}
+
+/// True when `word`, after `previous`, continues a type rather than naming a column: `double
+/// precision`, `character varying`, `integer array`, `timestamp with time zone`, a word opening
+/// with `(` or `[` (`decimal (18, 2)`, `integer []`).
+fn continues_type(word: &str, previous: &str) -> bool {
+    let (w, p) = (word.to_ascii_lowercase(), previous.to_ascii_lowercase());
+    w.starts_with(['(', '['])
+        || matches!(w.as_str(), "precision" | "varying" | "array" | "with" | "without")
+        || (w == "time" && matches!(p.as_str(), "with" | "without"))
+        || (w == "zone" && p == "time")
+}
+
+/// True when `word` can be a column name in a `name type` pair: an identifier (letters, digits
+/// and `_`, not starting with a digit) or a double-quoted name.
+fn is_column_word(word: &str) -> bool {
+    if word.len() >= 2 && word.starts_with('"') && word.ends_with('"') {
+        return true;
+    }
+    let mut chars = word.chars();
+    chars.next().is_some_and(|c| c.is_alphabetic() || c == '_') && chars.all(|c| c.is_alphanumeric() || c == '_')
+}
+
+/// Column `column` declared with type `ty`, read as several `name type` pairs run together: what
+/// a `-- schema:` header missing a comma declares (`-- schema: id integer name varchar` gives
+/// `id` the type `integer name varchar`). The pairs, `(name, type)` as written, `column`'s first
+/// (`[(id, integer), (name, varchar)]`); `None` when the type does not read so — one word, or
+/// words that continue a type (`double precision`, `character varying`, `timestamp with time
+/// zone`, an `interval day to second`). A guess for a hint about a type the engine refused (or a
+/// column the query returns that the schema lacks), never a way to split a schema.
+pub fn run_together(column: &str, ty: &str) -> Option<Vec<(String, String)>> {
+    let words = type_words(ty);
+    if words.first().is_some_and(|w| w.eq_ignore_ascii_case("interval")) {
+        return None;
+    }
+    let mut pairs: Vec<(String, Vec<&str>)> = vec![(column.to_string(), Vec::new())];
+    let mut i = 0;
+    while i < words.len() {
+        let (word, previous) = (words[i], if i == 0 { "" } else { words[i - 1] });
+        let typed = pairs.last().is_some_and(|(_, t)| !t.is_empty());
+        let next_is_type = words.get(i + 1).is_some_and(|n| !n.starts_with(['(', '[']));
+        if typed && next_is_type && is_column_word(word) && !continues_type(word, previous) {
+            pairs.push((word.to_string(), vec![words[i + 1]]));
+            i += 2;
+        } else {
+            if let Some((_, t)) = pairs.last_mut() {
+                t.push(word);
+            }
+            i += 1;
+        }
+    }
+    (pairs.len() > 1).then(|| pairs.into_iter().map(|(name, t)| (name, t.join(" "))).collect())
+}
+
+/// The hint for column `column` declared `ty` when that reads as several columns run together
+/// ([`run_together`]): "is a comma missing?", with the columns the declaration would be with
+/// commas. `None` otherwise.
+pub fn missing_comma_hint(column: &str, ty: &str) -> Option<String> {
+    let pairs = run_together(column, ty)?;
+    let with_commas = pairs.iter().map(|(name, t)| format!("{name} {t}")).collect::<Vec<_>>().join(", ");
+    Some(format!(
+        "is a comma missing? `{column} {ty}` reads as {} columns run together; the schema separates columns with commas: `{with_commas}`",
+        pairs.len()
+    ))
+}
+
 /// Coarse type classes the schema contract compares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -724,6 +820,37 @@ mod tests {
         ] {
             assert_eq!(check_type_text(bad), Err(why.to_string()), "{bad}");
         }
+    }
+
+    /// A declared type that reads as `name type` pairs run together (a `-- schema:` line missing
+    /// a comma) is split into them for the hint; a type of several words is not.
+    #[test]
+    fn a_type_reading_as_columns_run_together_is_split_for_the_hint() {
+        let pairs = |column: &str, ty: &str| run_together(column, ty).map(|p| p.into_iter().map(|(n, t)| format!("{n} {t}")).collect::<Vec<_>>().join(", "));
+        assert_eq!(pairs("id", "integer name varchar").as_deref(), Some("id integer, name varchar"));
+        assert_eq!(pairs("id", "integer name varchar day date").as_deref(), Some("id integer, name varchar, day date"));
+        assert_eq!(pairs("n", "decimal(18, 2) x double precision").as_deref(), Some("n decimal(18, 2), x double precision"));
+        assert_eq!(pairs("id", "bigint ts timestamp with time zone").as_deref(), Some("id bigint, ts timestamp with time zone"));
+        assert_eq!(pairs("id", "integer \"order date\" date").as_deref(), Some("id integer, \"order date\" date"));
+        for one in [
+            "integer",
+            "double precision",
+            "character varying(10)",
+            "timestamp with time zone",
+            "time without time zone",
+            "timestamp(3) with time zone",
+            "integer array",
+            "decimal (18, 2)",
+            "STRUCT(a integer, b varchar)",
+            "interval day to second",
+            "integer name",
+        ] {
+            assert_eq!(run_together("c", one), None, "{one}");
+        }
+        let hint = missing_comma_hint("id", "integer name varchar").unwrap_or_default();
+        assert!(hint.starts_with("is a comma missing? `id integer name varchar` reads as 2 columns run together;"), "{hint}");
+        assert!(hint.ends_with("separates columns with commas: `id integer, name varchar`"), "{hint}");
+        assert_eq!(missing_comma_hint("id", "bigint"), None);
     }
 
     #[test]

@@ -200,6 +200,29 @@ pub fn unknown_types(config: &Config, types: &[&str]) -> Vec<(String, String)> {
     refused_types(&mut db, types).into_iter().filter(|(_, message)| !message.contains("extension")).collect()
 }
 
+/// True when the local file path or glob `resolved` (as the engine opens it: absolute against
+/// the project directory, `crate::apply::resolve::resolve_source_path`) matches no file, by the
+/// engine's own `glob()`, which is what reads an external's files; `None` when the engine cannot
+/// tell (the query failed). What `apply`'s source check asks before reading an external.
+pub fn matches_no_file(engine: &mut dyn Engine, resolved: &str) -> Option<bool> {
+    let rows = engine.query(&format!("SELECT count(*) FROM glob({})", crate::core::name::quote_literal(resolved))).ok()?;
+    Some(rows.first().and_then(|r| r.first().cloned().flatten()).as_deref() == Some("0"))
+}
+
+/// The paths among `resolved` (local file paths or globs of file externals, resolved as the
+/// engine opens them) that match no file ([`matches_no_file`]), for `efmesh check`: asked of a
+/// private in-memory DuckDB (never the project's database), whose `glob()` is the one `apply`
+/// reads the files with. Empty on an engine that reads no files (Postgres: `plan` refuses file
+/// externals there), and when the in-memory database cannot be opened or a path cannot be
+/// globbed (never a guess).
+pub fn unmatched_files(config: &Config, resolved: &[&str]) -> std::collections::BTreeSet<String> {
+    if resolved.is_empty() || !dialect_for(config).supports(dialect::Feature::FileExternal) {
+        return std::collections::BTreeSet::new();
+    }
+    let Ok(mut db) = duckdb::DuckDb::in_memory() else { return std::collections::BTreeSet::new() };
+    resolved.iter().filter(|p| matches_no_file(&mut db, p) == Some(true)).map(|p| (*p).to_string()).collect()
+}
+
 /// An engine's message refusing a type, on one line: its first line, and DuckDB's suggestion
 /// (`Did you mean "bigint"?`, on a line of its own) as `(did you mean `bigint`?)`.
 pub fn type_message(message: &str) -> String {
@@ -1093,6 +1116,23 @@ pub fn use_key(physical: &str) -> String {
     blake3::hash(physical.to_lowercase().as_bytes()).to_hex()[..32].to_string()
 }
 
+/// The start of the name of a session's temporary copy of a table an apply refreshes in place
+/// and may have to put back ([`kept_copy_name`]).
+pub const KEPT_COPY_PREFIX: &str = "_efmesh_kept_";
+
+/// The name of the temporary table (this session's, [`dialect::Dialect::temp_relation`]) holding
+/// the copy of the table `physical` that an apply takes before refreshing it in place and puts
+/// back if the apply promotes nothing ([`dialect::Dialect::copy_to_temp`],
+/// [`dialect::Dialect::restore_from_temp`]): [`KEPT_COPY_PREFIX`] then [`use_key`] of `physical`
+/// (45 bytes: within every engine's identifier limit). One name per table, the same at every
+/// attempt: an attempt of a retried apply replaces the copy an earlier one left on the
+/// connection. A temporary table goes with its session, so a process killed before it put the
+/// copy back or dropped it leaves none behind for a janitor to find.
+#[must_use]
+pub fn kept_copy_name(physical: &str) -> String {
+    format!("{KEPT_COPY_PREFIX}{}", use_key(physical))
+}
+
 /// The owner marker table of a DuckLake catalog, in its schema `_efmesh` ([`Engine::owner_marker`]).
 pub const OWNER_TABLE: &str = "_efmesh_owners";
 
@@ -1241,6 +1281,24 @@ mod tests {
         let found: Vec<(&str, bool)> = found.iter().map(|(t, m)| (t.as_str(), type_message(m).ends_with("(did you mean `bigint`?)"))).collect();
         assert_eq!(found, [("bignt", true), ("decimal(18,", false)]);
         assert!(unknown_types(&config, &["bigint"]).is_empty());
+    }
+
+    /// `check`'s file lookup globs as `apply` does: a missing file and a glob matching nothing
+    /// (in a directory that does not exist either) are found, a present file and a glob matching
+    /// one are not; on Postgres, which reads no files, nothing is looked for.
+    #[test]
+    fn unmatched_files_are_the_paths_the_engines_glob_finds_no_file_for() {
+        let dir = tempfile::tempdir().unwrap();
+        fs_err::create_dir_all(dir.path().join("parts")).unwrap();
+        fs_err::write(dir.path().join("parts/a.csv"), "id\n1\n").unwrap();
+        let at = |rel: &str| dir.path().join(rel).to_string_lossy().into_owned();
+        let (present, glob, missing, nothing) = (at("parts/a.csv"), at("parts/*.csv"), at("parts/b.csv"), at("partz/*.csv"));
+        let paths = [present.as_str(), glob.as_str(), missing.as_str(), nothing.as_str()];
+        let config = Config::parse(std::path::Path::new("/p/efmesh.toml"), "[project]\nmodels = [\"models/*.lua\"]\n").expect("config");
+        assert_eq!(unmatched_files(&config, &paths), std::collections::BTreeSet::from([missing.clone(), nothing.clone()]));
+        let pg = Config::parse(std::path::Path::new("/p/efmesh.toml"), "[project]\nmodels = [\"models/*.lua\"]\n[engine]\nurl_env = \"PG_ENGINE_URL\"\n")
+            .expect("config");
+        assert!(unmatched_files(&pg, &paths).is_empty());
     }
 
     #[test]

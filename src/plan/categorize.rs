@@ -151,6 +151,10 @@ pub fn compare(old: &Definition<'_>, new: &Definition<'_>) -> OwnChange {
 /// model's own table and may delete or rewrite rows by any column.
 ///
 /// Children that read none of these columns keep their data (the plan's column impact, SPEC §4).
+/// Items are compared by name only: a change that also removes a name (a drop, a rename) or
+/// moves a kept column reshapes the column list, which the plan judges per child on top of
+/// these columns (its `Reshape`: what the child's query sees of the list, its lineage against
+/// the old columns).
 pub fn changed_columns(old: &Definition<'_>, new: &Definition<'_>, key_columns: &[String]) -> Option<std::collections::BTreeSet<String>> {
     if old.kind != new.kind || old.grain != new.grain || old.statements != new.statements || old.has_statements || new.has_statements {
         return None;

@@ -126,11 +126,18 @@ pub fn parent_columns(project: &Project, model: &Model) -> BTreeMap<String, Vec<
 
 /// One model's lineage (its parents' declared columns are all it needs).
 pub fn model_lineage(project: &Project, model: &Model) -> ModelLineage {
+    model_lineage_over(project, model, &parent_columns(project, model))
+}
+
+/// One model's lineage against the given columns of its parents (by logical name, as
+/// [`parent_columns`] gives them): the plan's column impact reads a child against a parent's
+/// old columns too, where a column the parent dropped or renamed is still there to be read.
+pub fn model_lineage_over(project: &Project, model: &Model, parents: &BTreeMap<String, Vec<String>>) -> ModelLineage {
     let exposed: Vec<String> = model.relation_columns().into_iter().map(|c| c.name).collect();
     let managed: Vec<String> = model.kind.managed_columns().into_iter().map(|c| c.name).collect();
     let (query, unreadable) = match &model.body {
         None => (None, None),
-        Some(body) => match lineage::column_lineage_in(grammar(project), &body.render(&CanonicalResolver), &parent_columns(project, model)) {
+        Some(body) => match lineage::column_lineage_in(grammar(project), &body.render(&CanonicalResolver), parents) {
             Ok(q) => (Some(q), None),
             Err(e) => (None, Some(e.to_string())),
         },

@@ -199,6 +199,9 @@ fn replay(project: &Project, env: &str, now: Millis, body: &str) -> Option<Plan>
     let has_changes = actions.iter().any(Action::has_work);
     Some(Plan {
         env: env.to_string(),
+        new_environment: None,
+        did_you_mean: None,
+        existing_environments: Vec::new(),
         now,
         has_changes,
         actions,

@@ -106,16 +106,147 @@ pub struct Explain {
 
 /// The column impact of a breaking change whose rows provably stay the same
 /// ([`categorize::changed_columns`]): children that read none of the changed columns keep their
-/// data (indirect, reused), the others rebuild.
+/// data (indirect, reused), the others rebuild ([`confined_read`]).
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ColumnImpact {
     /// The output columns whose values may differ (changed, added, removed or retyped).
     pub changed: Vec<String>,
-    /// Children that read one of them (or whose lineage is uncertain): they rebuild.
+    /// The columns the change removed (dropped, or renamed away: the new name is among
+    /// `changed`), lower case. A child reading one of them by a name that now binds elsewhere,
+    /// or reading whole rows or every column, reads the change though its lineage against the
+    /// new columns cannot show it ([`Reshape`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub removed: Vec<String>,
+    /// True when a column both versions have changed its place in the column list: a child
+    /// reading columns by position or whole rows reads the change ([`Reshape`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub moved: bool,
+    /// Children that read one of them (or whose lineage is uncertain, or whose query may see
+    /// the column list as it is when the change reshapes it): they rebuild.
     pub read_by: Vec<String>,
     /// Children that read none of them: their data stays the same.
     pub not_read_by: Vec<String>,
+    /// How the change reshapes the column list, when it does: what the readers above are
+    /// judged by again when the plan is filled in ([`fill_column_impact`]).
+    #[serde(skip)]
+    pub(crate) reshape: Option<Reshape>,
+}
+
+/// How a breaking change confined to some columns ([`categorize::changed_columns`]) reshapes
+/// its model's column list: which names it removes (dropped or renamed away) and adds, and
+/// whether a column both versions have moves. `changed_columns` compares select items by name
+/// only, and a child's lineage is worked out against the parent's new columns, where a removed
+/// name no longer is: a child reading it by a name that now binds elsewhere (a select alias, an
+/// outer query's column, `current_date`), reading whole rows (`to_json(p)`, `* EXCLUDE (…)`,
+/// `NATURAL JOIN`) or columns by position (`AS p(a, b)`) would look like one that reads nothing
+/// changed. So a child of a reshaping change keeps its data only when its query provably sees
+/// none of the removed or added names and does not take the column list as it is
+/// ([`crate::sql::sight`]), and its lineage against the old columns reads none of the changed
+/// ones either ([`confined_read`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Reshape {
+    /// Names the old version has and the new one lacks, lower case.
+    pub(crate) removed: BTreeSet<String>,
+    /// Names the new version has and the old one lacked, lower case.
+    pub(crate) added: BTreeSet<String>,
+    /// A column both versions have is at another place in the list.
+    pub(crate) moved: bool,
+    /// The old version's columns as its relation exposed them (declared, then the kind's
+    /// managed ones).
+    pub(crate) old_columns: Vec<String>,
+}
+
+impl Reshape {
+    /// The reshaping from the old declared schema `old` to the new one `new` of a model of
+    /// `kind` (the same kind: a confined change never changes it); `None` when it removes, adds
+    /// and moves nothing.
+    fn of(old: &[(String, String)], new: &[(String, String)], kind: &Kind) -> Option<Self> {
+        let managed: Vec<String> = kind.managed_columns().into_iter().map(|c| c.name).collect();
+        let old_columns: Vec<String> = old.iter().map(|(n, _)| n.clone()).chain(managed.iter().cloned()).collect();
+        let before: Vec<String> = old_columns.iter().map(|n| n.to_lowercase()).collect();
+        let after: Vec<String> = new.iter().map(|(n, _)| n.to_lowercase()).chain(managed.iter().map(|n| n.to_lowercase())).collect();
+        let removed: BTreeSet<String> = before.iter().filter(|n| !after.contains(n)).cloned().collect();
+        let added: BTreeSet<String> = after.iter().filter(|n| !before.contains(n)).cloned().collect();
+        let moved = before.iter().enumerate().any(|(i, n)| after.iter().position(|m| m == n).is_some_and(|j| j != i));
+        (!removed.is_empty() || !added.is_empty() || moved).then_some(Reshape { removed, added, moved, old_columns })
+    }
+
+    /// The removed and added names: those a child's query may bind otherwise now.
+    fn names(&self) -> BTreeSet<String> {
+        self.removed.union(&self.added).cloned().collect()
+    }
+
+    /// What the reshaping does, for a child's reason: "removes `y`", "adds `z`", "moves columns".
+    fn describe(&self) -> String {
+        let list = |s: &BTreeSet<String>| s.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ");
+        let mut parts = Vec::new();
+        if !self.removed.is_empty() {
+            parts.push(format!("removes {}", list(&self.removed)));
+        }
+        if !self.added.is_empty() {
+            parts.push(format!("adds {}", list(&self.added)));
+        }
+        if self.moved {
+            parts.push("moves columns".to_string());
+        }
+        parts.join(" and ")
+    }
+}
+
+/// How a child reads a parent's breaking change confined to some columns ([`confined_read`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ConfinedRead {
+    /// It provably reads none of the changed columns: it keeps its data.
+    Unread,
+    /// Its lineage against the parent's new columns reads one of them, or cannot rule it out.
+    Columns,
+    /// The change reshapes the parent's column list ([`Reshape`]) and the child's query may see
+    /// that: a removed or added name, whole rows, every column, columns by position; or its
+    /// lineage against the old columns reads a changed one.
+    Shape,
+}
+
+/// How `model` reads `parent`'s breaking change confined to `cols` (lower case), `reshape`
+/// being how that change reshapes `parent`'s column list: through its lineage against the new
+/// columns (`lineage`, [`lineage::reads_any`]); when the change reshapes the list, also when
+/// `sees` (the model's [`crate::sql::sight::ColumnSight`] asked about some names) says its query
+/// sees a removed or added name or takes the column list as it is, or when its lineage against
+/// the parent's old columns reads one of `cols`. Anything unproven counts as a read: a kept
+/// child that should have changed is a wrong answer, a rebuild for nothing only costs time.
+fn confined_read(
+    project: &Project,
+    model: &Model,
+    parent: &str,
+    cols: &BTreeSet<String>,
+    reshape: Option<&Reshape>,
+    lineage: &lineage::ModelLineage,
+    sees: impl FnOnce(&BTreeSet<String>) -> bool,
+) -> ConfinedRead {
+    if lineage::reads_any(lineage, parent, cols) {
+        return ConfinedRead::Columns;
+    }
+    let Some(reshape) = reshape else { return ConfinedRead::Unread };
+    if sees(&reshape.names()) {
+        return ConfinedRead::Shape;
+    }
+    let mut parents = lineage::parent_columns(project, model);
+    parents.insert(parent.to_string(), reshape.old_columns.clone());
+    if lineage::reads_any(&lineage::model_lineage_over(project, model, &parents), parent, cols) {
+        return ConfinedRead::Shape;
+    }
+    ConfinedRead::Unread
+}
+
+/// The [`crate::sql::sight::ColumnSight`] of `model`'s query, read as its canonical text was
+/// (`source`): a body only DuckDB parses, or none, is seen whole.
+fn column_sight_of(model: &Model, source: Option<CanonSource>) -> crate::sql::sight::ColumnSight {
+    let rendered = model.body.as_ref().map(|b| b.render(&CanonicalResolver)).unwrap_or_default();
+    match source {
+        Some(CanonSource::SqlParser) => crate::sql::sight::column_sight(&rendered, false),
+        Some(CanonSource::PgQuery) => crate::sql::sight::column_sight(&rendered, true),
+        _ => crate::sql::sight::ColumnSight::Whole,
+    }
 }
 
 /// What becomes of an `scd_type2` model's history when its environment moves to another version.
@@ -434,13 +565,29 @@ pub enum WriterHolds {
         /// As [`WriterHolds::All`]'s.
         settings: bool,
     },
+    /// A `full` version on the table `prod` serves (this very version, or another version of the
+    /// model stored there) while this environment lacks one of the audits `prod` serves it under,
+    /// or runs other pre/post statements ([`prod_rebuilds_under`]): never rebuilt here. A rebuild
+    /// replaces the whole table `prod` serves, and would serve `prod` rows its audits never
+    /// checked; `prod`'s own apply and run rebuild it (under `prod`'s audits), and this
+    /// environment serves `prod`'s last build of it ([`work::decide`] says so where a rebuild
+    /// would be due here).
+    Rebuilds {
+        /// The environment that rebuilds the table (`prod`).
+        writer: String,
+        /// Why a rebuild would be due here besides this plan's own new data upstream: the
+        /// version's last build read other data than its parents hold now, or a rebuild is
+        /// pending ([`mark_rebuilds`] records it here instead of marking the action, which
+        /// would make every plan of this environment one with changes that no apply does).
+        behind: Option<String>,
+    },
 }
 
 impl WriterHolds {
     /// True when the interval starting at `start` is the writer's to write.
     pub fn holds(&self, start: Millis) -> bool {
         match self {
-            WriterHolds::Nothing | WriterHolds::Refreshes { .. } => false,
+            WriterHolds::Nothing | WriterHolds::Refreshes { .. } | WriterHolds::Rebuilds { .. } => false,
             // Nor one before the first it has done: the writer never computes those (before its
             // `start`), and its view would serve them.
             WriterHolds::Done(done) => done.contains(&start) || done.first().is_some_and(|f| start < *f),
@@ -451,7 +598,7 @@ impl WriterHolds {
     /// The intervals the writer's version has done on the table (served here too).
     pub fn writer_done(&self) -> Option<&BTreeSet<Millis>> {
         match self {
-            WriterHolds::Nothing | WriterHolds::Refreshes { .. } => None,
+            WriterHolds::Nothing | WriterHolds::Refreshes { .. } | WriterHolds::Rebuilds { .. } => None,
             WriterHolds::Done(done) | WriterHolds::All { done, .. } => Some(done),
         }
     }
@@ -462,6 +609,16 @@ impl WriterHolds {
     fn leave_stale(&mut self, held: impl IntoIterator<Item = Millis>) {
         if let WriterHolds::All { stale, .. } = self {
             stale.extend(held);
+        }
+    }
+
+    /// Records why a `full` version left to `prod` ([`WriterHolds::Rebuilds`]) would be rebuilt
+    /// here (the first reason found is kept); nothing for the other holds.
+    fn fall_behind(&mut self, why: String) {
+        if let WriterHolds::Rebuilds { behind, .. } = self
+            && behind.is_none()
+        {
+            *behind = Some(why);
         }
     }
 
@@ -553,8 +710,9 @@ pub struct Action {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub undone_outside: Option<OutsideBounds>,
     /// Time-range, unique-key, partition and SCD type 2 versions outside `prod` on a table
-    /// another environment's other version serves and writes: what of that table this
-    /// environment never writes ([`WriterHolds`]).
+    /// another environment's other version serves and writes (or `prod`'s very version, under
+    /// other settings), and `full` versions on the table `prod` serves under audits this
+    /// environment lacks: what of that table this environment never writes ([`WriterHolds`]).
     #[serde(skip)]
     pub writer_holds: WriterHolds,
     /// Time-range versions whose intervals from some instant wait for rows a model upstream
@@ -644,6 +802,9 @@ pub struct Options {
     pub reset_history: BTreeSet<ModelName>,
 }
 
+/// The categories `--reclassify` takes, in the order the errors list them.
+const RECLASSIFY_CATEGORIES: [&str; 2] = ["breaking", "non-breaking"];
+
 impl Options {
     /// Parses `--forward-only a.b,c.d` and `--reclassify a.b=breaking,c.d=non-breaking`.
     ///
@@ -659,7 +820,16 @@ impl Options {
             let change = match c.trim() {
                 "breaking" => Change::Breaking,
                 "non-breaking" => Change::NonBreaking,
-                other => return Err(format!("--reclassify: `{other}` is not `breaking` or `non-breaking`")),
+                other => {
+                    // `nonbreaking`, `non_breaking`, `Breaking`: the category meant, named; a
+                    // category before the `=`: the model goes first.
+                    let meant = if RECLASSIFY_CATEGORIES.contains(&m.trim()) {
+                        format!(" (the model goes first: `{other}={}`)", m.trim())
+                    } else {
+                        crate::core::error::did_you_mean(other, RECLASSIFY_CATEGORIES).map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default()
+                    };
+                    return Err(format!("--reclassify: `{other}` is not `breaking` or `non-breaking`{meant}"));
+                }
             };
             o.reclassify.insert(ModelName::parse(m.trim()).map_err(|e| format!("--reclassify: {e}"))?, change);
         }
@@ -689,6 +859,19 @@ impl Options {
 pub struct Plan {
     /// Environment name.
     pub env: String,
+    /// True when the environment has no record in the state store yet (no model served: never
+    /// applied, or dropped), so that applying the plan creates it. Filled by the commands that
+    /// show a plan (`plan`, `apply`: [`Plan::mark_new_environment`]); `None` otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub new_environment: Option<bool>,
+    /// For a new environment, the existing one its name is close to (`prod` for `prd`): a typo
+    /// would otherwise plan a whole new environment with no sign of it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub did_you_mean: Option<String>,
+    /// For a new environment, the environments the state store holds, sorted (the text report
+    /// names them; empty for a project's first environment, whose plan says nothing of it).
+    #[serde(skip)]
+    pub existing_environments: Vec<String>,
     /// The instant intervals were computed for (UTC ms); intervals ending after it are not due.
     #[serde(serialize_with = "interval::serialize_iso")]
     pub now: Millis,
@@ -720,6 +903,18 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Records whether the plan's environment is new, `known` being the environments the state
+    /// store holds ([`StateStore::environments`]): [`Plan::new_environment`], and for a new one
+    /// the others and the one its name is close to.
+    pub fn mark_new_environment(&mut self, known: Vec<String>) {
+        let new = !known.contains(&self.env);
+        self.new_environment = Some(new);
+        if new {
+            self.did_you_mean = crate::core::error::did_you_mean(&self.env, known.iter().map(String::as_str)).map(str::to_string);
+            self.existing_environments = known;
+        }
+    }
+
     /// The action for `name`.
     pub fn action(&self, name: &ModelName) -> Option<&Action> {
         self.actions.iter().find(|a| &a.name == name)
@@ -898,16 +1093,53 @@ pub fn prod_writes_under(
         return Ok(false);
     }
     let Some(served) = metadata.get(name) else { return Ok(false) };
-    let (theirs, ours) = (writes_of(served), writes_of(&our_metadata()));
-    // Audits: only one of `prod`'s this environment lacks lets in rows `prod`'s refuses (an
-    // audit added here refuses more: what it lets through passes `prod`'s too).
+    Ok(writes_differently(served, &our_metadata(), &["lookback", "auto_restatement_intervals", "cron", "statements"]))
+}
+
+/// Outside `prod`: whether the `full` version `(name, fp)`, stored on `physical`, is on the table
+/// `prod` serves — this very version, or another version of the model stored there (an
+/// inherited table, by `snapshots`) — while the metadata `our_metadata` gives lacks one of the audits `prod`
+/// serves it under, or declares other pre/post statements ([`writes_of`]). A rebuild replaces
+/// the whole table: rebuilt here, `prod` would serve rows its audits never checked (or its
+/// statements never shaped), so `prod` rebuilds it ([`WriterHolds::Rebuilds`]) and this
+/// environment serves `prod`'s last build. (A `cron` only says when: any environment's rebuild
+/// reads the same parent tables; an audit added here only refuses more.) `status` asks it of
+/// the metadata an environment serves.
+///
+/// # Errors
+/// A state store read.
+pub fn prod_rebuilds_under(
+    state: &dyn StateStore,
+    snapshots: &crate::state::SnapshotIndex,
+    prod: &mut Option<ProdServes>,
+    env: &str,
+    (name, fp, physical): (&str, &str, &str),
+    our_metadata: impl FnOnce() -> String,
+) -> Result<bool, StateError> {
+    if env == crate::core::name::PROD || physical.is_empty() {
+        return Ok(false);
+    }
+    if prod.is_none() {
+        *prod = Some((state.env_pointers(crate::core::name::PROD)?, state.env_metadata(crate::core::name::PROD)?));
+    }
+    let (pointers, metadata) = prod.as_ref().expect("read just above");
+    let Some(theirs) = pointers.get(name) else { return Ok(false) };
+    if theirs != fp && snapshots.get(&(name.to_string(), theirs.clone())).is_none_or(|(p, _)| p != physical) {
+        return Ok(false);
+    }
+    let Some(served) = metadata.get(name) else { return Ok(false) };
+    Ok(writes_differently(served, &our_metadata(), &["statements"]))
+}
+
+/// True when the metadata text `ours` lacks one of the audits of `served` (only one of those
+/// lets in rows the other's refuses: an audit added in `ours` refuses more, so what it lets
+/// through passes `served`'s too), or differs from it in one of the other `settings`
+/// ([`writes_of`]'s keys).
+fn writes_differently(served: &str, ours: &str, settings: &[&str]) -> bool {
+    let (theirs, ours) = (writes_of(served), writes_of(ours));
     let audits = |v: &serde_json::Value| v["audits"].as_array().cloned().unwrap_or_default();
-    let lacks_an_audit = audits(&theirs).iter().any(|a| !audits(&ours).contains(a));
-    let without_audits = |mut v: serde_json::Value| {
-        v["audits"] = serde_json::Value::Null;
-        v
-    };
-    Ok(lacks_an_audit || without_audits(theirs) != without_audits(ours))
+    let ours_audits = audits(&ours);
+    audits(&theirs).iter().any(|a| !ours_audits.contains(a)) || settings.iter().any(|k| theirs[*k] != ours[*k])
 }
 
 /// The parts of a model's metadata ([`metadata_text`]) that decide what its runs write into its
@@ -1306,6 +1538,8 @@ struct ActionEntry {
     category: Change,
     served: Option<String>,
     changed_columns: Option<BTreeSet<String>>,
+    /// [`Decided::reshaped`].
+    reshaped: Option<Reshape>,
     /// Non-breaking models: the columns their change added ([`Decided`]).
     added_columns: Option<BTreeSet<String>>,
     /// [`Decided::kept_dropped_by`].
@@ -1983,6 +2217,10 @@ fn mark_pending_rebuilds(
                 a.rebuild = true;
                 a.rebuild_reason = Some(format!("pending: an earlier apply or run stopped before refreshing it ({reason})"));
             }
+        } else if matches!(a.writer_holds, WriterHolds::Rebuilds { .. }) {
+            // Left to `prod` (its table is `prod`'s, under audits this environment lacks): not
+            // marked, said by the plan ([`work::decide`]).
+            plan.actions[i].writer_holds.fall_behind(format!("a rebuild of it is pending: {reason}"));
         } else if !shared_elsewhere(project, state, plan, a, shared)? {
             let a = &mut plan.actions[i];
             a.rebuild = true;
@@ -2135,6 +2373,12 @@ fn mark_stale_builds(
             continue;
         }
         let Some(reason) = reason else { continue };
+        // A `full` version left to `prod` ([`WriterHolds::Rebuilds`]) is not rebuilt here: not
+        // marked (every plan would have changes no apply does), said by the plan instead.
+        if matches!(a.writer_holds, WriterHolds::Rebuilds { .. }) {
+            plan.actions[i].writer_holds.fall_behind(reason);
+            continue;
+        }
         if shared_elsewhere(project, state, plan, a, shared)? {
             continue;
         }
@@ -2343,6 +2587,7 @@ fn compute_with(
             }
             decided.set(index, e.same_data, e.category, e.served.clone());
             decided.changed_columns[index].clone_from(&e.changed_columns);
+            decided.reshaped[index].clone_from(&e.reshaped);
             decided.set_drops_kept(index, model, e.action.drops_kept.is_some());
             decided.kept_dropped_by[index].clone_from(&e.kept_dropped_by);
             decided.added_columns[index].clone_from(&e.added_columns);
@@ -2417,25 +2662,16 @@ fn compute_with(
                     // rather than keep serving what the old columns gave.
                     let canonical = canonical_of(dialect, model).ok().flatten();
                     let reads_star = canonical.as_ref().is_some_and(|c| categorize::selects_star(&c.text));
-                    let mut sight: Option<crate::sql::sight::ColumnSight> = None;
-                    let mut sees_added = |q: &ModelName| {
-                        reads_star
-                            || sight
-                                .get_or_insert_with(|| {
-                                    let rendered = model.body.as_ref().map(|b| b.render(&CanonicalResolver)).unwrap_or_default();
-                                    // Read as the canonical text was: a body only DuckDB parses is seen whole.
-                                    match canonical.as_ref().map(|c| c.source) {
-                                        Some(CanonSource::SqlParser) => crate::sql::sight::column_sight(&rendered, false),
-                                        Some(CanonSource::PgQuery) => crate::sql::sight::column_sight(&rendered, true),
-                                        _ => crate::sql::sight::ColumnSight::Whole,
-                                    }
-                                })
-                                .sees(decided.added_columns(q))
-                    };
+                    // Read as the canonical text was: a body only DuckDB parses is seen whole.
+                    let sight: std::cell::OnceCell<crate::sql::sight::ColumnSight> = std::cell::OnceCell::new();
+                    let sight_of = || sight.get_or_init(|| column_sight_of(model, canonical.as_ref().map(|c| c.source)));
+                    let sees_added = |q: &ModelName| reads_star || sight_of().sees(decided.added_columns(q));
                     let mut sees_new_columns = false;
                     // Column impact: a parent whose breaking change is confined to some columns
-                    // breaks this model only when it reads one of them (lineage certain).
+                    // breaks this model only when it reads one of them (lineage certain) or, when
+                    // the change reshapes the parent's column list, may see that ([`confined_read`]).
                     let mut unread: Vec<(String, Vec<String>)> = Vec::new();
+                    let mut reshaped_read: Vec<String> = Vec::new();
                     let mut lineage_of: Option<lineage::ModelLineage> = None;
                     // An SCD type 2 model reconciled over a unique-key or partition parent built
                     // anew from its query alone ([`DropsKept`]) would close the keys it lost.
@@ -2454,11 +2690,18 @@ fn compute_with(
                         .filter(|q| {
                             let Some(cols) = decided.changed_columns(q) else { return true };
                             let l = lineage_of.get_or_insert_with(|| lineage::model_lineage(project, model));
-                            let read = lineage::reads_any(l, &q.to_string(), cols);
-                            if !read {
-                                unread.push((q.to_string(), cols.iter().cloned().collect()));
+                            let reshape = decided.reshaped(q);
+                            match confined_read(project, model, &q.to_string(), cols, reshape, l, |names| sight_of().sees(Some(names))) {
+                                ConfinedRead::Unread => {
+                                    unread.push((q.to_string(), cols.iter().cloned().collect()));
+                                    false
+                                }
+                                ConfinedRead::Columns => true,
+                                ConfinedRead::Shape => {
+                                    reshaped_read.push(format!("`{q}` {}", reshape.map(Reshape::describe).unwrap_or_default()));
+                                    true
+                                }
                             }
-                            read
                         })
                         .copied()
                         .collect();
@@ -2583,6 +2826,12 @@ fn compute_with(
                             .collect::<Vec<_>>()
                             .join("; ");
                         reason = format!("{reason} (column impact: {which}, which this model does not read)");
+                    }
+                    if !breaking.is_empty() && !reshaped_read.is_empty() {
+                        reason = format!(
+                            "{reason} (column impact: {}, and this model's query may see that — whole rows, every column, columns by position, or a name that binds elsewhere once removed — so the change is not confined for it)",
+                            reshaped_read.join("; ")
+                        );
                     }
                     if !breaking.is_empty() && !dropped_upstream.is_empty() {
                         let list = dropped_upstream.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
@@ -2721,9 +2970,19 @@ fn compute_with(
                         };
                         change = Change::ForwardOnly;
                     }
+                    // A confined change that drops, renames, adds or moves columns reshapes the
+                    // column list: its children are judged against the old list too ([`Reshape`]).
+                    let reshape = old.as_ref().and_then(|o| Reshape::of(&o.schema, &new_schema, &model.kind));
                     let column_impact = confined.filter(|_| change == Change::Breaking).map(|cols| {
                         decided.changed_columns[index] = Some(cols.clone());
-                        ColumnImpact { changed: cols.into_iter().collect(), ..ColumnImpact::default() }
+                        decided.reshaped[index].clone_from(&reshape);
+                        ColumnImpact {
+                            changed: cols.into_iter().collect(),
+                            removed: reshape.as_ref().map(|r| r.removed.iter().cloned().collect()).unwrap_or_default(),
+                            moved: reshape.as_ref().is_some_and(|r| r.moved),
+                            reshape: reshape.clone(),
+                            ..ColumnImpact::default()
+                        }
                     });
                     explain = Some(Explain { diverged: verdict.diverged, reason, cascade_from: vec![], column_impact });
                     change
@@ -2735,6 +2994,7 @@ fn compute_with(
             // Its own edit is confined to some columns, but a parent's changed data may reach
             // any of the others: its children are judged as under any breaking change.
             decided.changed_columns[index] = None;
+            decided.reshaped[index] = None;
             if let Some(e) = explain.as_mut() {
                 e.column_impact = None;
             }
@@ -2787,6 +3047,7 @@ fn compute_with(
             decided.categories[index] = Some(change);
             decided.same_data[index] = Some(true);
             decided.changed_columns[index] = None;
+            decided.reshaped[index] = None;
         }
         let physical = match (existing, &reused) {
             (Some((p, _)), _) if !p.is_empty() => Some(p.clone()),
@@ -3000,6 +3261,15 @@ fn compute_with(
                             settings: true,
                         };
                     }
+                } else if matches!(model.kind, Kind::Full)
+                    && let Some(own) = physical.as_deref()
+                    && prod_rebuilds_under(state, snapshots, &mut prod_serves, env, (&name_s, fp.as_str(), own), || meta_text.clone())?
+                {
+                    // Outside `prod`, a `full` version on the table `prod` serves, lacking one of
+                    // `prod`'s audits there (or with other statements), is never rebuilt here: a
+                    // rebuild would replace what `prod` serves with rows `prod`'s audits never
+                    // checked (`work::decide` says so).
+                    kept_holds = WriterHolds::Rebuilds { writer: crate::core::name::PROD.to_string(), behind: None };
                 }
                 (Vec::new(), 0)
             }
@@ -3062,6 +3332,7 @@ fn compute_with(
                 category: decided.categories[index].unwrap_or(change),
                 served: decided.served[index].clone(),
                 changed_columns: decided.changed_columns[index].clone(),
+                reshaped: decided.reshaped[index].clone(),
                 added_columns: decided.added_columns[index].clone(),
                 kept_dropped_by: decided.kept_dropped_by[index].clone(),
                 done: kept_done,
@@ -3115,6 +3386,9 @@ fn compute_with(
     let has_changes = actions.iter().any(Action::has_work);
     let mut plan = Plan {
         env: env.to_string(),
+        new_environment: None,
+        did_you_mean: None,
+        existing_environments: Vec::new(),
         now,
         has_changes,
         actions,
@@ -3278,6 +3552,8 @@ struct Decided<'a> {
     served: Vec<Option<String>>,
     /// Breaking models whose change is confined to these output columns (lower-case).
     changed_columns: Vec<Option<BTreeSet<String>>>,
+    /// Of those, the ones whose change also reshapes their column list ([`Reshape`]).
+    reshaped: Vec<Option<Reshape>>,
     /// `full` models built anew rather than inheriting their older table, because a parent's new
     /// version holds other intervals ([`generations::reuse_outgrown`]): their rows change as a
     /// `run` would change them (never set for a replayed action: those are never indirect `full`);
@@ -3312,6 +3588,7 @@ impl<'a> Decided<'a> {
             categories: vec![None; n],
             served: vec![None; n],
             changed_columns: vec![None; n],
+            reshaped: vec![None; n],
             rows_change: vec![false; n],
             added_columns: vec![None; n],
             drops_kept: vec![false; n],
@@ -3374,6 +3651,10 @@ impl<'a> Decided<'a> {
         self.project.dag.position(name).and_then(|i| self.changed_columns[i].as_ref())
     }
 
+    fn reshaped(&self, name: &ModelName) -> Option<&Reshape> {
+        self.project.dag.position(name).and_then(|i| self.reshaped[i].as_ref())
+    }
+
     fn category(&self, name: &ModelName) -> Option<Change> {
         self.project.dag.position(name).and_then(|i| self.categories[i])
     }
@@ -3416,8 +3697,12 @@ fn row_key_columns(kind: &Kind) -> Option<Vec<String>> {
 }
 
 /// Fills each column-confined breaking change's readers ([`ColumnImpact`]) from its children's
-/// lineage: a pure function of the project, so a plan replayed from the memo says the same.
+/// lineage and, when the change reshapes the column list, what their queries see of it
+/// ([`confined_read`], as the plan judged them; a child's query is read as its action's canonical
+/// source says): a pure function of the project and the actions, so a plan replayed from the
+/// memo says the same.
 fn fill_column_impact(project: &Project, actions: &mut [Action]) {
+    let sources: BTreeMap<ModelName, Option<CanonSource>> = actions.iter().map(|a| (a.name.clone(), a.canonical_source)).collect();
     for action in actions.iter_mut() {
         let Some(impact) = action.explain.as_mut().and_then(|e| e.column_impact.as_mut()) else { continue };
         let name = action.name.clone();
@@ -3427,10 +3712,13 @@ fn fill_column_impact(project: &Project, actions: &mut [Action]) {
         impact.not_read_by.clear();
         for child in project.dag.children(&name) {
             let Some(model) = project.dag.get(child) else { continue };
-            if lineage::reads_any(&lineage::model_lineage(project, model), &parent, &cols) {
-                impact.read_by.push(child.to_string());
-            } else {
+            let source = sources.get(child).copied().flatten();
+            let l = lineage::model_lineage(project, model);
+            let sees = |names: &BTreeSet<String>| column_sight_of(model, source).sees(Some(names));
+            if confined_read(project, model, &parent, &cols, impact.reshape.as_ref(), &l, sees) == ConfinedRead::Unread {
                 impact.not_read_by.push(child.to_string());
+            } else {
+                impact.read_by.push(child.to_string());
             }
         }
     }
@@ -3675,6 +3963,19 @@ mod tests {
         crate::engine::dialect_for(&crate::config::Config::with_root(std::path::Path::new("/p")))
     }
 
+    /// A `--reclassify` category that is not one names both and, when close, the one meant; a
+    /// category written before the `=` says the model goes first.
+    #[test]
+    fn a_misspelt_reclassify_category_names_the_categories_and_the_one_meant() {
+        let refused = |flag: &str| Options::parse("", flag).expect_err(flag);
+        assert_eq!(refused("s.a=nonbreaking"), "--reclassify: `nonbreaking` is not `breaking` or `non-breaking` (did you mean `non-breaking`?)");
+        assert_eq!(refused("s.a=Breaking"), "--reclassify: `Breaking` is not `breaking` or `non-breaking` (did you mean `breaking`?)");
+        assert_eq!(refused("s.a=forward-only"), "--reclassify: `forward-only` is not `breaking` or `non-breaking`");
+        assert_eq!(refused("breaking=s.a"), "--reclassify: `s.a` is not `breaking` or `non-breaking` (the model goes first: `s.a=breaking`)");
+        let o = Options::parse("", "s.a=breaking, s.b=non-breaking").expect("valid");
+        assert_eq!(o.reclassify.values().copied().collect::<Vec<_>>(), [Change::Breaking, Change::NonBreaking]);
+    }
+
     #[test]
     fn digests_taken_from_a_prefetch_equal_digests_computed_here() {
         let bodies = ["SELECT 1 AS a", "select 1 as a -- reformatted", "SELECT a FROM s.t WHERE a > 2", "SELECT 2 AS a", "SELECT a::VARCHAR AS a FROM s.t"];
@@ -3860,5 +4161,40 @@ mod tests {
         let mut full = keyed("id", &[("id", "BIGINT"), ("v", "BIGINT")]);
         full.kind = Kind::Full;
         assert!(!forward_only_kind(&full.kind) && !accepted(&full));
+    }
+
+    #[test]
+    fn a_reshape_names_the_removed_and_added_columns_and_whether_a_kept_one_moved() {
+        let cols = |names: &[&str]| names.iter().map(|n| ((*n).to_string(), "bigint".to_string())).collect::<Vec<_>>();
+        let of = |old: &[&str], new: &[&str]| Reshape::of(&cols(old), &cols(new), &Kind::Full);
+        // A retype or a changed expression keeps the list: no reshape.
+        assert_eq!(of(&["id", "k", "y"], &["id", "k", "y"]), None);
+        // `y` dropped last: nothing kept moves.
+        let dropped = of(&["id", "k", "Y"], &["id", "k"]).expect("a drop reshapes");
+        assert_eq!((dropped.removed, dropped.added.len(), dropped.moved), (BTreeSet::from(["y".to_string()]), 0, false));
+        assert_eq!(dropped.old_columns, ["id", "k", "Y"], "the old columns as declared");
+        // A drop before a kept column moves it; a rename removes one name and adds another.
+        assert!(of(&["id", "y", "k"], &["id", "k"]).is_some_and(|r| r.moved));
+        let renamed = of(&["id", "y"], &["id", "zone"]).expect("a rename reshapes");
+        assert_eq!(renamed.names(), BTreeSet::from(["y".to_string(), "zone".to_string()]));
+        assert_eq!(renamed.describe(), "removes `y` and adds `zone`");
+        // A reorder, and an insert in the middle, move kept columns; an append at the end does not.
+        assert_eq!(of(&["id", "k", "y"], &["id", "y", "k"]).map(|r| r.describe()).as_deref(), Some("moves columns"));
+        assert!(of(&["id", "k"], &["id", "z", "k"]).is_some_and(|r| r.moved));
+        assert!(of(&["id", "k"], &["id", "k", "z"]).is_some_and(|r| !r.moved && r.removed.is_empty()));
+    }
+
+    #[test]
+    fn a_full_version_is_left_to_prod_for_an_audit_it_lacks_or_other_statements_never_for_a_cron() {
+        let full = ["statements"];
+        let prods = r#"{"audits": [{"name": "a"}], "cron": "@daily", "statements": {"post": ["x"]}}"#;
+        assert!(!writes_differently(prods, prods, &full));
+        assert!(writes_differently(prods, r#"{"audits": [], "cron": "@daily", "statements": {"post": ["x"]}}"#, &full), "one of prod's audits missing");
+        let more = r#"{"audits": [{"name": "a"}, {"name": "b"}], "cron": "@daily", "statements": {"post": ["x"]}}"#;
+        assert!(!writes_differently(prods, more, &full), "an audit added only refuses more");
+        assert!(writes_differently(prods, r#"{"audits": [{"name": "a"}], "cron": "@daily"}"#, &full), "other statements");
+        let no_cron = r#"{"audits": [{"name": "a"}], "statements": {"post": ["x"]}}"#;
+        assert!(!writes_differently(prods, no_cron, &full), "a cron only says when a full table is rebuilt");
+        assert!(writes_differently(prods, no_cron, &["lookback", "auto_restatement_intervals", "cron", "statements"]), "it decides the other kinds' writes");
     }
 }

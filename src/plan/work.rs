@@ -161,7 +161,34 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
             _ => None,
         };
         // A rebuild an earlier apply or run recorded and did not finish counts like one decided now.
-        let candidate = !a.build && full_or_view && (cause.is_some() || a.rebuild || ticked.is_some());
+        let mut candidate = !a.build && full_or_view && (cause.is_some() || a.rebuild || ticked.is_some());
+        // Outside `prod`, a `full` version on the table `prod` serves, under audits this
+        // environment lacks (or other pre/post statements), is never rebuilt here
+        // (`plan::WriterHolds::Rebuilds`): the rebuild would replace what `prod` serves with rows
+        // `prod`'s audits never checked. Said (and warned of by the apply or run) whenever a
+        // rebuild would be due here — new data upstream, its cron, its last build older than its
+        // parents' data, a pending record — and left to `prod`'s apply and run.
+        if let super::WriterHolds::Rebuilds { writer, behind } = &a.writer_holds
+            && !a.build
+            && (candidate || behind.is_some())
+        {
+            let why = match (&cause, ticked, behind) {
+                (Some(p), _, _) => cause_reason(project, p).0,
+                (None, Some(t), _) => format!("its cron `{}` ticked at {}", model.and_then(|m| m.cron.as_deref()).unwrap_or_default(), interval::to_iso(t)),
+                (None, None, Some(b)) => b.clone(),
+                (None, None, None) => "an earlier apply or run stopped before rebuilding it".to_string(),
+            };
+            let env = &plan.env;
+            leave(
+                &mut refreshes,
+                &mut left_to_writer,
+                &a.name,
+                format!(
+                    "not rebuilt here ({why}): its table is also what `{writer}` serves, under audits `{env}` lacks or other pre/post statements (which decide what is written there), so `{env}` serves `{writer}`'s last build of it until `{writer}` rebuilds it (or `{env}` serves `{writer}`'s audits and statements too)"
+                ),
+            );
+            candidate = false;
+        }
         let downstream = match (&a.physical, candidate) {
             (Some(physical), true) => {
                 if shared.is_none() {

@@ -8,6 +8,7 @@
 //! scripts.
 
 use super::foreign::Lang;
+use super::macros::SourceMap;
 use crate::core::error::did_you_mean;
 use crate::core::fragment::{ColsSite, Fragment, Node, RefSite};
 use crate::core::interval::{Grain, parse_instant};
@@ -78,6 +79,98 @@ pub fn parse_query(text: &str, sites: &Sites) -> Result<Fragment, String> {
     }
     f.push_sql_with_bounds(rest);
     Ok(f)
+}
+
+/// The file line of each line of a Lua or Rhai model's query ([`Model::query_lines`]), when the
+/// text the script built (`written`: string literals, with the markers of the `ref()` and
+/// `cols()` calls spliced between them by `..`, `%s`, `+` or `${…}`) is written as it is in
+/// `source`, the file holding the `define_model` call (its bytes as evaluated): each literal
+/// piece found after the one before, the first exactly once in the file, so a line is never
+/// guessed. `expanded` is `written` with its macro calls expanded (`expansion` leads back: a
+/// line a call expanded to is the call's). Empty otherwise — a literal with escapes (`"a\nb"`),
+/// text the script computed (a value `%s`-formatted in, `string.rep`, a loop), or written in
+/// another file —: an error at a line of the query is then reported at the model's own line,
+/// naming the line of the query. A file with CRLF line ends is also searched with LF ones
+/// (Lua reads a long string's `\r\n` as `\n`); its lines are the same.
+pub fn script_query_lines(source: &[u8], written: &str, expanded: &str, expansion: &SourceMap) -> Vec<u32> {
+    let lf;
+    let (source, pieces) = match placed_pieces(source, written) {
+        Some(pieces) => (source, pieces),
+        None if memchr::memchr(b'\r', source).is_some() => {
+            lf = lf_only(source);
+            match placed_pieces(&lf, written) {
+                Some(pieces) => (lf.as_slice(), pieces),
+                None => return Vec::new(),
+            }
+        }
+        None => return Vec::new(),
+    };
+    let newlines: Vec<usize> = memchr::memchr_iter(b'\n', source).collect();
+    let line_at = |at: usize| u32::try_from(newlines.partition_point(|&n| n < at) + 1).unwrap_or(u32::MAX);
+    std::iter::once(0)
+        .chain(expanded.match_indices('\n').map(|(i, _)| i + 1))
+        .map(|start| {
+            let at = expansion.input_offset(start).min(written.len());
+            // The piece holding `at` (the last one starting at or before it), up to its end (a
+            // line starting at a marker starts where the piece before it ends).
+            let (text_at, source_at, len) = pieces[pieces.partition_point(|p| p.0 <= at).saturating_sub(1)];
+            line_at(source_at + at.saturating_sub(text_at).min(len))
+        })
+        .collect()
+}
+
+/// The most bytes between two literal pieces of a query in its file ([`placed_pieces`]): room
+/// for the `ref(…)`/`cols(…)` call and the concatenation or interpolation around it.
+const PIECE_GAP_MAX: usize = 240;
+
+/// The literal pieces of `written` (the text between its site markers; empty ones left out) as
+/// `(offset in written, offset in source, length)`: the first found exactly once in `source`,
+/// each next one after the one before, within [`PIECE_GAP_MAX`] bytes of it and no
+/// `define_model` between (the call and concatenation joining them: a piece kept in a variable
+/// written elsewhere would be matched to the same text further on, another model's query).
+/// `None` when one is not found so, the first is found twice, or there is no piece.
+fn placed_pieces(source: &[u8], written: &str) -> Option<Vec<(usize, usize, usize)>> {
+    let mut placed: Vec<(usize, usize, usize)> = Vec::new();
+    let (mut at, mut from) = (0, 0);
+    loop {
+        let end = written[at..].find(MARK_OPEN).map_or(written.len(), |i| at + i);
+        let piece = &written.as_bytes()[at..end];
+        if !piece.is_empty() {
+            let found = if placed.is_empty() {
+                let first = memchr::memmem::find(source, piece)?;
+                if memchr::memmem::find(&source[first + 1..], piece).is_some() {
+                    return None;
+                }
+                first
+            } else {
+                let found = from + memchr::memmem::find(&source[from..], piece)?;
+                let gap = &source[from..found];
+                if gap.len() > PIECE_GAP_MAX || memchr::memmem::find(gap, b"define_model").is_some() {
+                    return None;
+                }
+                found
+            };
+            placed.push((at, found, piece.len()));
+            from = found + piece.len();
+        }
+        if end == written.len() {
+            break;
+        }
+        at = end + written[end..].find(MARK_CLOSE)? + MARK_CLOSE.len_utf8();
+    }
+    (!placed.is_empty()).then_some(placed)
+}
+
+/// `source` with each `\r\n` read as `\n`.
+fn lf_only(source: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(source.len());
+    let mut rest = source;
+    while let Some(i) = memchr::memmem::find(rest, b"\r\n") {
+        out.extend_from_slice(&rest[..i]);
+        rest = &rest[i + 1..];
+    }
+    out.extend_from_slice(rest);
+    out
 }
 
 /// The Jinja tags (dbt's templating: `{{ ref('x') }}`, `{% if … %}`, `{# … #}`) of SQL text,
@@ -870,11 +963,21 @@ fn parse_schema(v: &Value) -> Result<Schema, String> {
     Ok(Schema(cols))
 }
 
+/// Refuses an option of kind `tag` that is not among `allowed`: the message names the one meant
+/// when a name is close (`delimeter`: `delimiter`), then every option the kind takes, sorted (or
+/// that it takes none), so a newcomer never has to look them up.
 fn check_keys(tag: &str, k: &Map<String, Value>, allowed: &[&str]) -> Result<(), String> {
     for key in k.keys() {
         if key != "kind" && !allowed.contains(&key.as_str()) {
             let hint = did_you_mean(key, allowed.iter().copied()).map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default();
-            return Err(format!("unknown option `{key}` for kind `{tag}`{hint}"));
+            let mut options: Vec<&str> = allowed.to_vec();
+            options.sort_unstable();
+            let options = if options.is_empty() {
+                format!("kind `{tag}` takes no options")
+            } else {
+                format!("its options: {}", options.iter().map(|o| format!("`{o}`")).collect::<Vec<_>>().join(", "))
+            };
+            return Err(format!("unknown option `{key}` for kind `{tag}`{hint}; {options}"));
         }
     }
     Ok(())
@@ -1199,6 +1302,38 @@ mod tests {
         }
     }
 
+    /// A Lua or Rhai query written in its file as literals around `ref()` markers is placed at
+    /// the file's lines, whatever splices the markers in (`%s`, `..`); one the file does not hold
+    /// as it is (an escape, text written twice, computed text) is placed nowhere.
+    #[test]
+    fn a_scripts_query_is_placed_at_the_lines_of_its_file_only_where_written() {
+        let mut sites = Sites::default();
+        let r = sites.record(Site::Ref(RefSite { target: ModelName::parse("s.a").unwrap(), location: Location { file: "m.lua".into(), line: 1 } }));
+        let none = SourceMap::default();
+        let lines = |source: &str, written: &str| script_query_lines(source.as_bytes(), written, written, &none);
+        // `[[` then a newline: Lua skips that newline, the query starts on the next line.
+        let formatted = "-- x\ndefine_model {\n  query = ([[\n    SELECT a,\n           b\n    FROM %s\n    WHERE c\n  ]]):format(ref(\"s.a\")),\n}\n";
+        let written = format!("    SELECT a,\n           b\n    FROM {r}\n    WHERE c\n  ");
+        assert_eq!(lines(formatted, &written), [4, 5, 6, 7, 8]);
+        // Saved with CRLF line ends, which Lua reads as `\n` in a long string: the same lines.
+        assert_eq!(lines(&formatted.replace('\n', "\r\n"), &written), [4, 5, 6, 7, 8]);
+        // A marker between two literals, the second one on the next line of the file.
+        let concatenated = "define_model {\n  query = \"SELECT n FROM \" .. ref(\"s.a\") .. [[\nWHERE n > 0\nLIMIT 1]],\n}\n";
+        assert_eq!(lines(concatenated, &format!("SELECT n FROM {r}WHERE n > 0\nLIMIT 1")), [2, 4]);
+        // A query starting with a marker starts where its first literal is.
+        assert_eq!(lines("q = ref(a) .. [[ AS t\nWHERE b]]\n", &format!("{r} AS t\nWHERE b")), [1, 2]);
+        // An escape (`\\n` in the file), text the file holds twice, or does not hold: no lines.
+        assert_eq!(lines("q = \"SELECT 1\\nFROM t\"\n", "SELECT 1\nFROM t"), [] as [u32; 0]);
+        assert_eq!(lines("a = [[SELECT 1 AS n]]\nb = [[SELECT 1 AS n]]\n", "SELECT 1 AS n"), [] as [u32; 0]);
+        assert_eq!(lines("q = ([[SELECT %s AS n]]):format(2)\n", "SELECT 2 AS n"), [] as [u32; 0]);
+        assert_eq!(lines("q = [[SELECT 1]]\n", &format!("SELECT 1 FROM {r} WHERE x")), [] as [u32; 0]);
+        // A later piece kept in a variable written above: the same text further on is another
+        // model's query, never this one's.
+        let kept = "local tail = [[ WHERE n >\n  bad]]\ndefine_model { query = [[SELECT n\nFROM ]] .. ref(a) .. tail }\n\
+                    define_model { query = [[SELECT n AS n\nFROM ]] .. ref(a) .. [[ WHERE n >\n  bad]] }\n";
+        assert_eq!(lines(kept, &format!("SELECT n\nFROM {r} WHERE n >\n  bad")), [] as [u32; 0]);
+    }
+
     /// Unknown fields are reported in name order, not the spec's (a Lua table's order changes
     /// between runs).
     #[test]
@@ -1286,6 +1421,27 @@ mod tests {
         let markers = json!({ "kind": "external", "path": "data/x.csv", "null_markers": "NA" });
         assert_eq!(kind(markers.clone(), Lang::Sql), "`null_markers` must be a list of strings, e.g. `null_markers = [NA, '']`");
         assert_eq!(kind(markers, Lang::Lua), "`null_markers` must be a list of strings, e.g. `null_markers = { \"NA\", \"\" }`");
+    }
+
+    /// An unknown kind option names every option the kind takes, sorted, after the one meant
+    /// when a name is close; a kind without options says it takes none.
+    #[test]
+    fn an_unknown_kind_option_lists_the_kinds_options_sorted() {
+        let kind = |k: Value| parse_kind(k.as_object().expect("an object"), Lang::Sql).expect_err("refused");
+        let options = "`delimiter`, `format`, `header`, `hive_partitioning`, `null_markers`, `path`, `table`, `union_by_name`";
+        assert_eq!(
+            kind(json!({ "kind": "external", "path": "data/x.csv", "delimeter": ";" })),
+            format!("unknown option `delimeter` for kind `external` (did you mean `delimiter`?); its options: {options}")
+        );
+        assert_eq!(
+            kind(json!({ "kind": "external", "path": "data/x.csv", "zzzz": 1 })),
+            format!("unknown option `zzzz` for kind `external`; its options: {options}")
+        );
+        assert_eq!(kind(json!({ "kind": "full", "x": 1 })), "unknown option `x` for kind `full`; kind `full` takes no options");
+        assert_eq!(
+            kind(json!({ "kind": "incremental_by_unique_key", "key": "id", "keys": "k" })),
+            "unknown option `keys` for kind `incremental_by_unique_key` (did you mean `key`?); its options: `key`"
+        );
     }
 
     /// Jinja tags are found outside literals and comments, shown on one line; DuckDB's struct

@@ -531,11 +531,17 @@ fn finish(
         let own: BTreeSet<PathBuf> = errors.iter().filter_map(|e| e.location.as_ref().map(|l| l.file.clone())).collect();
         let knock_on = |e: &LoadError| failed_module(&e.message).is_some_and(|m| own.contains(Path::new(m)));
         for e in errors.iter_mut().filter(|e| knock_on(e)) {
-            if let Some(at) = e.message.find("\nstack traceback:") {
-                e.message.truncate(at);
-            }
+            e.traceback = None;
         }
         errors.sort_by_key(|e| knock_on(e) || super::foreign::is_not_run(&e.message));
+        // A script's call stack is no part of the report (one line per error): it is logged, for
+        // `--log-level debug` (and `check --json` gives it as `"traceback"`).
+        for e in &errors {
+            if let Some(traceback) = &e.traceback {
+                let at = e.location.as_ref().map(|l| format!("{l}: ")).unwrap_or_default();
+                tracing::debug!("{at}{}\n{traceback}", e.message);
+            }
+        }
         return Err(LoadErrors(errors));
     }
     super::builder::expand_all_cols(&mut models);

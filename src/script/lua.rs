@@ -249,6 +249,9 @@ struct State {
     modules: HashMap<PathBuf, ModuleState>,
     /// Files being evaluated, innermost last.
     stack: Vec<PathBuf>,
+    /// The text (bytes) of each file of the top-level evaluation in progress, as evaluated: where
+    /// a model's query is written ([`super::builder::script_query_lines`]).
+    sources: HashMap<PathBuf, Rc<[u8]>>,
     /// The budget of the top-level evaluation in progress.
     budget: Option<Budget>,
     /// What each file printed.
@@ -1009,9 +1012,11 @@ impl LuaHost {
                 spec.insert(key, j);
             }
             // `@name(…)` macro calls (query and pre/post statements), expanded before the query
-            // is parsed (errors at the call).
+            // is parsed (errors at the call); the text as the script built it places the
+            // query's lines in the file.
             let foreign = st.borrow().foreign.clone();
-            let query = match super::macros::expand_model(query, &mut spec, foreign.as_deref(), &location) {
+            let written = query.clone();
+            let (query, expansion) = match super::macros::expand_model(query, &mut spec, foreign.as_deref(), &location) {
                 Ok(q) => q,
                 Err(errs) => {
                     let name = spec.get("name").and_then(|v| v.as_str()).and_then(|n| ModelName::parse(n).ok());
@@ -1032,6 +1037,9 @@ impl LuaHost {
             match built {
                 Ok(mut m) => {
                     m.audits = attached;
+                    if let (Some(written), Some(expanded), Some(source), true) = (&written, &query, s.sources.get(&location.file), m.body.is_some()) {
+                        m.query_lines = super::builder::script_query_lines(source, written, expanded, &expansion);
+                    }
                     let handle = Handle(m.name.clone());
                     s.models.push(m);
                     drop(s);
@@ -1421,6 +1429,7 @@ impl LuaHost {
                 let mut s = st.borrow_mut();
                 s.modules.insert(rel.clone(), ModuleState::Loading);
                 s.stack.push(rel.clone());
+                s.sources.insert(rel.clone(), Rc::from(code.as_slice()));
                 if s.stack.len() == 1 {
                     s.budget = Some(Budget::new(&rel, FILE_BUDGET));
                 }
@@ -1436,6 +1445,7 @@ impl LuaHost {
             s.stack.pop();
             if s.stack.is_empty() {
                 s.budget = None;
+                s.sources.clear();
             }
             match result {
                 Ok(v) => {

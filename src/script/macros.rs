@@ -132,8 +132,10 @@ pub fn may_call(text: &str) -> bool {
     memchr::memchr(b'@', text.as_bytes()).is_some()
 }
 
-/// Expands the macro calls of a Lua or Rhai model: its `query` (returned) and its pre/post
-/// statement strings (in `spec`, [`expand_statements`]); every call's errors at `location`.
+/// Expands the macro calls of a Lua or Rhai model: its `query` (returned, with the
+/// [`SourceMap`] back to the text the script built, which places its lines in the file:
+/// [`super::builder::script_query_lines`]) and its pre/post statement strings (in `spec`,
+/// [`expand_statements`]); every call's errors at `location`.
 ///
 /// # Errors
 /// Every failed call, the query's first.
@@ -142,20 +144,20 @@ pub fn expand_model(
     spec: &mut serde_json::Map<String, serde_json::Value>,
     foreign: Option<&Foreign>,
     location: &Location,
-) -> Result<Option<String>, Vec<LoadError>> {
+) -> Result<(Option<String>, SourceMap), Vec<LoadError>> {
     let mut errors = Vec::new();
-    let query = match query {
-        Some(q) if may_call(&q) => match expand(&q, foreign, &|_| location.clone()) {
-            Ok(q) => Some(q),
+    let (query, map) = match query {
+        Some(q) if may_call(&q) => match expand_mapped(&q, foreign, &|_| location.clone()) {
+            Ok((q, map)) => (Some(q), map),
             Err(e) => {
                 errors.extend(e);
-                None
+                (None, SourceMap::default())
             }
         },
-        q => q,
+        q => (q, SourceMap::default()),
     };
     errors.extend(expand_statements(spec, foreign, location));
-    if errors.is_empty() { Ok(query) } else { Err(errors) }
+    if errors.is_empty() { Ok((query, map)) } else { Err(errors) }
 }
 
 /// Expands, in place, the macro calls of a Lua or Rhai model's `pre_statements` and

@@ -144,6 +144,9 @@ struct State {
     modules: HashMap<PathBuf, ModuleState>,
     /// Files being evaluated, innermost last.
     stack: Vec<PathBuf>,
+    /// The text of each file of the top-level evaluation in progress, as evaluated: where a
+    /// model's query is written ([`super::builder::script_query_lines`]).
+    sources: HashMap<PathBuf, Rc<str>>,
     /// True while test files are evaluated: `define_test` works, `define_model` refuses.
     testing: bool,
     /// Unit tests defined by test files.
@@ -1197,9 +1200,11 @@ fn register_api(engine: &mut Engine, refs: &Refs) {
             return Err(rt("`define_model` is not available in test files: define models in model files (`project.models`)"));
         }
         // `@name(…)` macro calls (query and pre/post statements), expanded before the query is
-        // parsed (errors at the call).
+        // parsed (errors at the call); the text as the script built it places the query's lines
+        // in the file.
         let foreign = st.borrow().foreign.clone();
-        let query = match super::macros::expand_model(query, &mut spec, foreign.as_deref(), &location) {
+        let written = query.clone();
+        let (query, expansion) = match super::macros::expand_model(query, &mut spec, foreign.as_deref(), &location) {
             Ok(q) => q,
             Err(errs) => {
                 let name = spec.get("name").and_then(|v| v.as_str()).and_then(|n| ModelName::parse(n).ok());
@@ -1227,6 +1232,9 @@ fn register_api(engine: &mut Engine, refs: &Refs) {
         match build_model(&spec, query.as_deref(), &s.sites, location.clone()) {
             Ok(mut model) => {
                 model.audits = attached;
+                if let (Some(written), Some(expanded), Some(source), true) = (&written, &query, s.sources.get(&location.file), model.body.is_some()) {
+                    model.query_lines = super::builder::script_query_lines(source.as_bytes(), written, expanded, &expansion);
+                }
                 let handle = Handle(model.name.clone());
                 s.models.push(model);
                 Ok(Dynamic::from(handle))
@@ -1348,6 +1356,7 @@ fn evaluate(engine: &Engine, refs: &Refs, rel: &Path) -> Result<SharedModule, Bo
         refs.deadline.set(None);
         refs.memory.arm(false);
         unwatched(refs);
+        refs.state.borrow_mut().sources.clear();
     }
     let mut s = refs.state.borrow_mut();
     s.stack.pop();
@@ -1388,6 +1397,7 @@ fn run_file(engine: &Engine, refs: &Refs, root: &Path, rel: &Path) -> Result<Sha
     if let Some(line) = super::nul_byte_line(code.as_bytes()) {
         return Err(Box::new(LoadError::new(Some(Location { file: rel.to_path_buf(), line }), None, super::NUL_BYTE)));
     }
+    refs.state.borrow_mut().sources.insert(rel.to_path_buf(), Rc::from(code.as_str()));
     // A byte-order mark (some editors save UTF-8 with one) is not Rhai.
     let mut ast = engine.compile(code.strip_prefix('\u{feff}').unwrap_or(&code)).map_err(|e| Box::new(errors::parse_error(&e, rel)))?;
     let source = rel.to_string_lossy().to_string();

@@ -177,6 +177,18 @@ pub enum SqlError {
         /// ([`canonicalize_with_fallback`] knows the text).
         line: Option<u64>,
     },
+    /// A `PIVOT` without an `IN (…)` list: DuckDB reads the values to pivot on from the data when
+    /// the query runs, turning the query into several statements, so it has no parse tree to
+    /// compare or analyse (DuckDB's `json_serialize_sql` says only "Only SELECT statements can be
+    /// serialized to json!").
+    #[error(
+        "a dynamic `PIVOT` (one without an `IN (…)` list){} cannot be analysed: DuckDB reads the pivoted values from the data when the query runs, so the query has no parse tree to fingerprint\n  hint: list the pivoted values, e.g. `PIVOT … ON k IN ('a', 'b') USING …`",
+        at(*.line, None)
+    )]
+    DynamicPivot {
+        /// 1-based line of the body where the first `PIVOT` is, when found.
+        line: Option<u64>,
+    },
     /// sqlparser failed and the fallback could not be asked (e.g. the engine call failed).
     #[error("{parser}; the DuckDB fallback failed too: {fallback}")]
     Fallback {
@@ -202,7 +214,7 @@ impl SqlError {
     #[must_use]
     pub fn line(&self) -> Option<u64> {
         match self {
-            SqlError::Parse { line, .. } | SqlError::DuckDb { line, .. } | SqlError::Postgres { line, .. } => *line,
+            SqlError::Parse { line, .. } | SqlError::DuckDb { line, .. } | SqlError::Postgres { line, .. } | SqlError::DynamicPivot { line } => *line,
             SqlError::NotAQuery { .. } => Some(1),
             _ => None,
         }
@@ -401,12 +413,30 @@ pub fn canonicalize_with_fallback(sql: &str, fallback: &dyn Fn(&str) -> Result<S
             let json = fallback(sql).map_err(|f| SqlError::Fallback { parser: parser.to_string(), fallback: trim_period(&f).to_string() })?;
             match normalize_duckdb_json(&json) {
                 Ok(text) => Ok(Canonical { text, source: CanonSource::DuckDbJson }),
+                // DuckDB serialises no dynamic `PIVOT`: it is several statements to it.
+                Err(SqlError::DuckDb { message, .. }) if message.starts_with("Only SELECT statements can be serialized") && pivot_line(sql).is_some() => {
+                    Err(SqlError::DynamicPivot { line: pivot_line(sql) })
+                }
                 Err(SqlError::DuckDb { message, .. }) => Err(SqlError::DuckDb { message, line: duckdb_error_line(&json, sql) }),
                 Err(other) => Err(other),
             }
         }
         Err(other) => Err(other),
     }
+}
+
+/// The 1-based line of `sql` where the keyword `PIVOT` first stands as a word of its own (not
+/// `UNPIVOT`, not part of a longer name), case-insensitively; `None` when it never does.
+fn pivot_line(sql: &str) -> Option<u64> {
+    let lower = sql.to_ascii_lowercase();
+    let bytes = lower.as_bytes();
+    let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let at = lower.match_indices("pivot").map(|(i, _)| i).find(|&i| {
+        let before = i.checked_sub(1).and_then(|j| bytes.get(j)).is_some_and(|&b| word(b));
+        let after = bytes.get(i + "pivot".len()).is_some_and(|&b| word(b));
+        !before && !after
+    })?;
+    u64::try_from(lower[..at].matches('\n').count() + 1).ok()
 }
 
 /// The 1-based line of `sql` holding the character at an error document's `position` (DuckDB
@@ -1847,6 +1877,28 @@ mod tests {
         );
         let not_select = r#"{"error":true,"error_type":"not implemented","error_message":"Only SELECT statements can be serialized to json!"}"#;
         assert_eq!(normalize_duckdb_json(not_select).unwrap_err().to_string(), "DuckDB cannot parse SQL: Only SELECT statements can be serialized to json!");
+    }
+
+    #[test]
+    fn a_dynamic_pivot_duckdb_cannot_serialise_is_named_at_its_line_with_a_hint() {
+        // DuckDB's answer for a `PIVOT` without `IN (…)` (several statements to it).
+        let not_select = |_: &str| -> Result<String, String> {
+            Ok(r#"{"error":true,"error_type":"not implemented","error_message":"Only SELECT statements can be serialized to json!"}"#.into())
+        };
+        let e = canonicalize_with_fallback("SELECT count(*) AS n\nFROM (PIVOT src.t ON k USING count(*))", &not_select).unwrap_err();
+        assert_eq!(e, SqlError::DynamicPivot { line: Some(2) });
+        assert_eq!(e.line(), Some(2));
+        let text = e.to_string();
+        assert!(
+            text.starts_with("a dynamic `PIVOT` (one without an `IN (…)` list) at line 2 cannot be analysed")
+                && text.contains("hint: list the pivoted values, e.g. `PIVOT … ON k IN ('a', 'b') USING …`"),
+            "{text}"
+        );
+        // Another body DuckDB does not serialise keeps DuckDB's message: `UNPIVOT` is no `PIVOT`.
+        let e = canonicalize_with_fallback("SELEC 1 FROM unpivoted", &not_select).unwrap_err();
+        assert_eq!(e.to_string(), "DuckDB cannot parse SQL: Only SELECT statements can be serialized to json!");
+        assert_eq!(pivot_line("SELECT 1\nFROM t\n  pivot x ON k"), Some(3));
+        assert_eq!(pivot_line("SELECT pivot_total FROM t UNPIVOT (v FOR n IN (a))"), None);
     }
 
     #[test]

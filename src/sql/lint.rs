@@ -3,6 +3,9 @@
 //! (used in `[lint]` of `efmesh.toml` and a model's `ignored_lints`), a one-line summary
 //! ([`RULES`]) and a check; [`lint_model`] runs them all on one model. Which rules run and
 //! whether a finding fails `check` is the caller's business (`crate::config::LintSection`).
+//! Two rules need more than the model: `unknown_type` (the engine's types) and
+//! `missing_source_file` (the file system) are declared here, for their names, and checked by
+//! `crate::cli::check`; this module reads no file.
 //!
 //! Like the column check, every rule is conservative: a shape it cannot read (SQL sqlparser
 //! cannot parse, a column lineage cannot follow) is never a finding.
@@ -35,6 +38,10 @@ pub const RULES: &[Rule] = &[
     Rule {
         name: "unknown_type",
         summary: "a declared column type the engine does not know (DuckDB: none of its built-in types; run by `check`, which sees no database, so a type created there with `CREATE TYPE` is a false finding)",
+    },
+    Rule {
+        name: "missing_source_file",
+        summary: "an external whose local file or glob matches no file, which `apply` would stop at (a URL such as `s3://…` is never looked for; run by `check`)",
     },
 ];
 

@@ -27,6 +27,7 @@ on_every_engine!(
     a_warn_audit_that_found_rows_on_a_shared_table_has_checked_it,
     a_warn_audit_on_a_shared_full_table_has_checked_what_devs_own_builds_wrote,
     a_warn_audit_on_a_shared_time_range_table_has_checked_the_batches_devs_runs_add,
+    a_full_table_prod_serves_under_an_audit_dev_lacks_is_rebuilt_by_prod_only,
 );
 
 /// A project on `engine` whose models may be Lua, Rhai or SQL files.
@@ -770,6 +771,147 @@ fn a_warn_audit_on_a_shared_time_range_table_has_checked_the_batches_devs_runs_a
         assert!(ledger(&p, "s.daily").contains(&(day.to_string(), "done".to_string())), "{now}: dev's run computed {day}: {:?}", ledger(&p, "s.daily"));
         checked_by_devs_audits(&p, &format!("after dev's run at {now}"));
     }
+}
+
+/// `a.total`, a `full` model summing `s.daily`'s amounts, under `audits`.
+fn total_model(audits: &str) -> String {
+    format!(
+        r#"define_model {{
+  name = "a.total", kind = kind.full(), schema = {{ {{ "total", "bigint" }} }},
+  audits = {{ {audits} }},
+  query = "SELECT CAST(sum(amount) AS BIGINT) AS total FROM " .. ref("s.daily"),
+}}
+"#
+    )
+}
+
+/// The note `plan --json` gives `model` in `alsoWrites` (empty when none).
+fn also_writes(plan: &Value, model: &str) -> String {
+    let also = plan["alsoWrites"].as_array().and_then(|a| a.iter().find(|w| w["model"] == model).cloned());
+    also.and_then(|w| w["note"].as_str().map(str::to_string)).unwrap_or_default()
+}
+
+/// `dev` serves `prod`'s `full` version without `prod`'s blocking audit (a metadata edit: the same
+/// version, the one table), and computes a new day into the `s.daily` table both serve. A rebuild
+/// replaces the whole table `prod` serves, so `dev` never rebuilds it: rebuilt from the new day
+/// without `prod`'s audit, `prod` would serve a total its audit refuses (it did: 105, with
+/// `status prod --check` healthy and `plan prod` finding nothing to do). `dev`'s plan, apply, run
+/// and status say it is left to `prod`; `prod`'s run rebuilds it under `prod`'s audit (refused:
+/// what `prod` served stays); once `prod`'s audit lets the total through, `prod`'s apply rebuilds
+/// it and both serve that build.
+fn a_full_table_prod_serves_under_an_audit_dev_lacks_is_rebuilt_by_prod_only(engine: EngineBackend) {
+    let clean = EVENTS.replace(",,30", ",east,30");
+    let mut p = daily_project(engine, &clean, "");
+    let prods = total_model("audit.expression { \"total < 100\" }");
+    let devs = total_model("");
+    let total = |p: &Project, env: &str| p.rows(&env_view(env, "a.total"));
+    let of = |n: &str| vec![vec![Some(n.to_string())]];
+    // 65 up to the 3rd; 105 with the 4th, which `prod`'s audit refuses.
+    p.write("models/total.lua", &prods);
+    p.now = "2026-01-04T00:00:00Z".into();
+    p.apply("prod");
+    assert_eq!(total(&p, "prod"), of("65"));
+
+    p.write("models/total.lua", &devs);
+    p.now = "2026-01-05T00:00:00Z".into();
+    let plan = p.plan("dev");
+    assert_eq!(action(&plan, "s.daily")["intervals"], 1, "dev computes the 4th into the table prod serves: {plan:#}");
+    assert!(
+        also_writes(&plan, "a.total")
+            .starts_with("not rebuilt here (downstream of new intervals of s.daily): its table is also what `prod` serves, under audits `dev` lacks"),
+        "{plan:#}"
+    );
+    assert_ne!(action(&plan, "a.total")["rebuild"], true, "{plan:#}");
+    let applied = p.run(&["apply", "dev", "--yes", "--json"]);
+    applied.expect_code(0);
+    let v = applied.json();
+    assert!(!v["built"].as_array().is_some_and(|b| b.iter().any(|m| m == "a.total")), "{v:#}");
+    assert!(applied.stderr.contains("not rebuilt here") && applied.stderr.contains("a.total"), "the apply warns: {}", applied.stderr);
+    assert_eq!(total(&p, "prod"), of("65"), "prod serves its audited build, never dev's unaudited rebuild");
+    assert_eq!(total(&p, "dev"), of("65"), "dev serves prod's last build");
+
+    // Nothing to do in `dev`, and said so: its plan, run and status leave the table to `prod`.
+    let plan = p.plan("dev");
+    assert_eq!(plan["hasChanges"], false, "{plan:#}");
+    assert!(also_writes(&plan, "a.total").starts_with("not rebuilt here (the data of s.daily changed since it was built)"), "{plan:#}");
+    let ran = p.run(&["run", "dev"]);
+    ran.expect_code(0);
+    assert!(ran.stderr.contains("not rebuilt here"), "{}", ran.stderr);
+    assert_eq!(total(&p, "prod"), of("65"), "nor does dev's run rebuild it");
+    let status = p.run(&["status", "dev", "--check", "--json"]).expect_code(0).json();
+    let listed = status["notRefreshedHere"].as_array().cloned().unwrap_or_default();
+    assert_eq!(listed.len(), 1, "{status:#}");
+    assert_eq!(
+        (listed[0]["model"].as_str(), listed[0]["kind"].as_str(), listed[0]["leftTo"].as_str(), listed[0]["otherSettings"].as_bool()),
+        (Some("a.total"), Some("full"), Some("prod"), Some(true)),
+        "{status:#}"
+    );
+    assert_eq!(listed[0]["behind"].as_str(), Some("the data of s.daily changed since it was built"), "{status:#}");
+    assert_eq!(status["staleRebuilds"], serde_json::json!([]), "dev's next run does not rebuild it: {status:#}");
+    assert_eq!(status["healthy"], true, "{status:#}");
+    let text = p.run(&["status", "dev"]).expect_code(0).stdout.clone();
+    assert!(text.contains("a.total  not rebuilt here") && text.contains("`dev` serves `prod`'s last build of it"), "{text}");
+
+    // `prod`'s project: `prod`'s next run rebuilds it, under `prod`'s audit, which refuses 105.
+    p.write("models/total.lua", &prods);
+    let status = p.run(&["status", "prod", "--json"]).expect_code(0).json();
+    let stale: Vec<&str> = status["staleRebuilds"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(stale, vec!["a.total"], "{status:#}");
+    assert_eq!(status["notRefreshedHere"], serde_json::json!([]), "{status:#}");
+    assert_eq!(action(&p.plan("prod"), "a.total")["rebuild"], true);
+    let run = p.run(&["run", "prod"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("expression(total < 100)"), "{}", run.stderr);
+    assert_eq!(total(&p, "prod"), of("65"), "prod's audit refused the rebuild: what prod served stays");
+    p.run(&["audit", "prod"]).expect_code(0);
+
+    // `prod`'s audit lets the total through: its apply rebuilds the table under it, and `dev`
+    // serves that build (still left to `prod`: `dev` lacks that audit too), current now.
+    p.write("models/total.lua", &total_model("audit.expression { \"total < 1000\" }"));
+    p.apply("prod");
+    assert_eq!((total(&p, "prod"), total(&p, "dev")), (of("105"), of("105")));
+    p.write("models/total.lua", &devs);
+    let status = p.run(&["status", "dev", "--json"]).expect_code(0).json();
+    let listed = status["notRefreshedHere"].as_array().cloned().unwrap_or_default();
+    assert_eq!((listed.len(), listed.first().map(|l| l["behind"].clone())), (1, Some(Value::Null)), "{status:#}");
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+}
+
+/// A lost table of that `full` version (dropped by hand) is not rebuilt by `dev`, which lacks
+/// `prod`'s audit: `dev`'s plan says its apply refuses, the apply exits 1 naming the model and
+/// `efmesh apply prod`, and its run is blocked; `prod`'s apply rebuilds it under its audit, which
+/// `dev` then serves. (DuckDB only: Postgres refuses to drop a table its views read.)
+#[test]
+fn a_lost_full_table_prod_serves_under_an_audit_dev_lacks_is_rebuilt_by_prod_only() {
+    let clean = EVENTS.replace(",,30", ",east,30");
+    let mut p = daily_project(EngineBackend::DuckDb, &clean, "");
+    let prods = total_model("audit.expression { \"total < 100\" }");
+    p.write("models/total.lua", &prods);
+    p.now = "2026-01-04T00:00:00Z".into();
+    p.apply("prod");
+    p.write("models/total.lua", &total_model(""));
+    p.apply("dev");
+    p.execute_on_engine(&format!("DROP TABLE {}", physical_of(&p, "a.total")));
+    let plan = p.plan("dev");
+    assert!(plan["applyRefuses"].as_str().is_some_and(|r| r.contains("is lost, and `prod` serves it too")), "{plan:#}");
+    let refused = p.run(&["apply", "dev", "--yes"]);
+    refused.expect_code(1);
+    assert!(
+        refused.stderr.contains("model `a.total`")
+            && refused.stderr.contains("is lost, and `prod` serves it too")
+            && refused.stderr.contains("efmesh apply prod"),
+        "{}",
+        refused.stderr
+    );
+    assert!(!p.physical_tables().iter().any(|t| t.starts_with("a__total__")), "dev rebuilt nothing");
+    let blocked = p.run(&["run", "dev"]);
+    blocked.expect_code(2);
+    assert!(blocked.stderr.contains("`efmesh apply prod` repairs it"), "{}", blocked.stderr);
+    p.write("models/total.lua", &prods);
+    p.apply("prod");
+    p.write("models/total.lua", &total_model(""));
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+    assert_eq!(p.rows(&env_view("dev", "a.total")), vec![vec![Some("65".to_string())]]);
 }
 
 // ---- efmesh audit <env> ------------------------------------------------------------------

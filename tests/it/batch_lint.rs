@@ -114,6 +114,10 @@ fn the_warning_agrees_with_duckdbs_filter_pushdown() {
 fn a_time_range_model_filtering_a_csv_is_warned_about_and_exit_codes_stay() {
     let p = Project::new();
     p.write("data/events.csv", "id,t\n1,2026-01-01 10:00:00\n");
+    // Every external's files exist: `check` reads none (the parquet file's bytes do not matter),
+    // but warns of a path that matches no file (`missing_source_file`).
+    p.write("data/day=2026-01-01/events.csv", "id\n1\n");
+    p.write("data/events.parquet", "");
     p.write(
         "models/m.lua",
         r#"local raw = define_model { name = "raw.events", kind = kind.external { path = "data/events.csv" },
@@ -222,7 +226,8 @@ QUALIFY row_number() OVER (PARTITION BY m.move_id ORDER BY m.recorded_at) = 1
 fn check_hospital(stg: Option<&str>) -> Value {
     let dir = tempfile::tempdir().unwrap();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/hospital");
-    for rel in ["efmesh.toml", "seeds/departments.csv"] {
+    // The external's file too: `check` reads none, but warns of one missing (`missing_source_file`).
+    for rel in ["efmesh.toml", "seeds/departments.csv", "data/moves.csv"] {
         fs_err::create_dir_all(dir.path().join(rel).parent().unwrap()).unwrap();
         fs_err::copy(src.join(rel), dir.path().join(rel)).unwrap();
     }

@@ -625,6 +625,28 @@ fn reclassify_contradicting_the_ast_is_refused(engine: EngineBackend) {
     }
 }
 
+/// A misspelt `--reclassify` category names the categories and the one meant, on `plan` and
+/// `apply` alike, as a `usage` error in `--json` (it was kind `error`, with no "did you mean");
+/// nothing is planned or written.
+#[test]
+fn a_misspelt_reclassify_category_names_the_one_meant_as_a_usage_error() {
+    let p = project(EngineBackend::DuckDb);
+    for cmd in [vec!["plan", "dev"], vec!["apply", "dev", "--yes"]] {
+        let mut args = cmd.clone();
+        args.extend(["--reclassify", "s.parent=nonbreaking"]);
+        let r = p.run(&args);
+        assert_refused(&r, &["--reclassify: `nonbreaking` is not `breaking` or `non-breaking` (did you mean `non-breaking`?)"]);
+        args.push("--json");
+        let v = p.run(&args).expect_code(1).json();
+        assert_eq!(v["error"]["kind"], "usage", "{v:#}");
+        assert!(v["error"]["message"].as_str().is_some_and(|m| m.ends_with("(did you mean `non-breaking`?)")), "{v:#}");
+    }
+    let r = p.run(&["plan", "dev", "--reclassify", "breaking=s.parent"]);
+    assert_refused(&r, &["`s.parent` is not `breaking` or `non-breaking` (the model goes first: `s.parent=breaking`)"]);
+    // Refused before the project or the state store is read.
+    assert!(!p.state_path().exists() && !p.engine_path().exists(), "nothing was written");
+}
+
 fn reclassify_non_breaking_as_breaking_rebuilds_children_and_is_journaled_with_applied_by(engine: EngineBackend) {
     let p = project(engine);
     p.apply("dev");

@@ -321,6 +321,47 @@ define_model {
     assert_eq!(p.state_summary(), state);
 }
 
+/// A `-- schema:` header missing a comma (`id integer name varchar`) declares one column `id` of
+/// type `integer name varchar`: `check` and the apply's contract say a comma seems missing and
+/// name the columns meant, at the model's file:line (they said only that the query returns an
+/// undeclared `name` and that the type is not one, with hints about correcting the type).
+#[test]
+fn a_schema_header_missing_a_comma_is_hinted_at_by_check_and_the_contract() {
+    let p = Project::new();
+    p.write("efmesh.toml", &CONFIG.replace("models/**/*.lua", "models/**/*.sql"));
+    p.write("models/m.sql", "-- name: s.m\n-- kind: full\n-- schema: id integer name varchar\nSELECT 1 AS id, 'a' AS name\n");
+    let hint =
+        "is a comma missing? `id integer name varchar` reads as 2 columns run together; the schema separates columns with commas: `id integer, name varchar`";
+
+    let check = p.run(&["check"]);
+    let out = format!("{}{}", check.expect_code(1).stdout, check.stderr);
+    for needle in [
+        format!("models/m.sql:1: model `s.m`: the query returns column `name`, which the schema does not declare\n  hint: {hint}"),
+        "models/m.sql:1: model `s.m`: column `id` has type `integer name varchar`, which is not a DuckDB type".to_string(),
+    ] {
+        assert!(out.contains(&needle), "lacks {needle:?}:\n{out}");
+    }
+    assert_eq!(out.matches(hint).count(), 2, "the error and the `unknown_type` warning:\n{out}");
+    let v = p.run(&["check", "--json"]).expect_code(1).json();
+    assert_eq!(
+        (v["errors"][0]["hint"].as_str(), v["warnings"][0]["rule"].as_str(), v["warnings"][0]["hint"].as_str()),
+        (Some(hint), Some("unknown_type"), Some(hint)),
+        "{v:#}"
+    );
+
+    let apply = p.run(&["apply", "dev", "--yes"]);
+    let err = &apply.expect_code(1).stderr;
+    assert!(err.contains("models/m.sql:1: model `s.m`: column `id` has type `integer name varchar`, which is not a DuckDB type"), "{err}");
+    assert!(err.contains(&format!("\n  hint: {hint}")), "{err}");
+    let v = p.run(&["apply", "dev", "--yes", "--json"]).expect_code(1).json();
+    assert_eq!((v["error"]["kind"].as_str(), v["error"]["hint"].as_str()), (Some("contract"), Some(hint)), "{v:#}");
+    assert!(!p.engine_path().exists() || p.physical_tables().is_empty(), "nothing was built");
+
+    // With the comma, the columns meant: it applies.
+    p.write("models/m.sql", "-- name: s.m\n-- kind: full\n-- schema: id integer, name varchar\nSELECT 1 AS id, 'a' AS name\n");
+    p.apply("dev");
+}
+
 fn render_canonical_and_for_an_environment(engine: EngineBackend) {
     let p = sample_project_with(StateBackend::Sqlite, engine);
     p.apply("dev");

@@ -449,7 +449,7 @@ fn bad_input_on_postgres_names_the_file_line_row_and_column() {
     );
     let r = p.run(&["apply", "dev", "--yes"]);
     r.expect_code(1);
-    assert!(r.stderr.contains("models/bad.lua:1") && r.stderr.contains("no_such_column"), "{}", r.stderr);
+    assert!(r.stderr.contains("models/bad.lua:2") && r.stderr.contains("no_such_column"), "{}", r.stderr);
     assert!(r.stderr.contains("seeds/nums.csv") && r.stderr.contains("row 4") && r.stderr.contains("`three`"), "{}", r.stderr);
     assert!(p.physical_tables().is_empty(), "nothing is built when the contract fails");
 }

@@ -729,16 +729,41 @@ fn the_janitor_report_of_an_environment_dropped_with_no_storage_of_its_own_does_
     assert!(out.contains("janitor: no storage past its ttl to collect") && !out.contains("nothing to collect"), "{out}");
 }
 
-/// A plan of an environment that does not exist, named like one that does, says so on stderr
-/// (it still plans: a new environment is what the first apply creates).
+/// A plan of an environment that does not exist, named like one that does, says so in the report
+/// itself — a line under its header on stdout (it was only a log line on stderr, easy to miss
+/// above a whole plan), `newEnvironment` and `didYouMean` in JSON — and so does `apply`'s preview,
+/// before anyone confirms. It still plans: a new environment is what the first apply creates.
 #[test]
 fn a_plan_of_a_new_environment_named_like_an_existing_one_asks_did_you_mean() {
     let p = project("");
+    // A project's first environment: nothing to mistake it for, no line (the README's plan).
+    let first = p.run(&["plan", "prod"]);
+    assert!(!first.expect_code(0).stdout.contains("new environment"), "{}", first.stdout);
+    let v = p.plan("prod");
+    assert_eq!((v["newEnvironment"].clone(), v.get("didYouMean")), (Value::Bool(true), None), "{v:#}");
     p.apply("prod");
+
+    let said = "`prdo` is a new environment: applying this plan creates it (existing: `prod`; did you mean `prod`?)";
     let r = p.run(&["plan", "prdo"]);
-    r.expect_code(0);
-    assert!(r.stderr.contains("environment `prdo` does not exist yet (did you mean `prod`?)"), "{}", r.stderr);
-    assert!(!p.run(&["plan", "prod"]).stderr.contains("does not exist yet"));
+    let lines: Vec<&str> = r.expect_code(0).stdout.lines().collect();
+    assert!(lines.first().is_some_and(|l| l.starts_with("plan for environment `prdo`")), "{}", r.stdout);
+    assert_eq!(lines.get(1).copied(), Some(said), "{}", r.stdout);
+    let v = p.run(&["plan", "prdo", "--json"]).expect_code(0).json();
+    assert_eq!((v["newEnvironment"].clone(), v["didYouMean"].clone()), (Value::Bool(true), Value::from("prod")), "{v:#}");
+    // `apply`'s preview says it too, before asking (stdin is no terminal: nothing applied).
+    let preview = p.run(&["apply", "prdo"]);
+    assert!(preview.expect_code(2).stdout.lines().any(|l| l == said), "{}", preview.stdout);
+    let v = p.run(&["apply", "prdo", "--json"]).expect_code(2).json();
+    assert_eq!((v["plan"]["newEnvironment"].clone(), v["plan"]["didYouMean"].clone()), (Value::Bool(true), Value::from("prod")), "{v:#}");
+
+    // A new name close to none: the existing ones, no guess.
+    let r = p.run(&["plan", "staging"]);
+    assert!(r.expect_code(0).stdout.contains("`staging` is a new environment: applying this plan creates it (existing: `prod`)\n"), "{}", r.stdout);
+    // An environment that exists: nothing said, `newEnvironment: false`.
+    let r = p.run(&["plan", "prod"]);
+    assert!(!r.expect_code(0).stdout.contains("new environment") && !r.stderr.contains("does not exist yet"), "{}{}", r.stdout, r.stderr);
+    let v = p.plan("prod");
+    assert_eq!((v["newEnvironment"].clone(), v.get("didYouMean")), (Value::Bool(false), None), "{v:#}");
 }
 
 /// A `run dev` errored, then the janitor dropped `dev`: its run ticks went with it (the status of

@@ -424,6 +424,11 @@ fn a_glob_that_matches_nothing_names_the_model_and_the_pattern_and_builds_nothin
     assert!(run.stderr.contains("models/raw.lua:1: model `raw.parts`: no file matches the pattern `data/partz/*.csv`"), "{}", run.stderr);
     assert!(p.physical_tables().is_empty(), "{:?}", p.physical_tables());
     assert!(p.state_summary().envs.is_empty());
+    // `check` warned of it beforehand, in the same words (`missing_source_file`, tests/it/lints.rs).
+    let said = run.stderr.lines().find(|l| l.contains("no file matches the pattern")).unwrap().trim_start().to_string();
+    let check = p.run(&["check"]);
+    check.expect_code(0);
+    assert!(check.stdout.contains(&format!("warning[missing_source_file]: {said}\n")), "{said}\n{}", check.stdout);
 
     // A single missing file is named as such.
     write_models(&p, r#"path = "data/parts/b.csv""#, r#"{ { "id", "bigint" } }"#, "SELECT 'x' AS k, count(*) AS n FROM ]] .. ref(\"raw.parts\") .. [[");

@@ -5,7 +5,10 @@
 //! there, so `prod` never serves the new query's rows for intervals its ledger does not hold;
 //! stopped (`kill -9`) after rewriting intervals the old version had done, their rows are the
 //! new query's and the old version's ledger no longer calls them done, so the next `run`
-//! recomputes them with the old query.
+//! recomputes them with the old query. A unique-key, partition or SCD type 2 table below it that
+//! the refused apply refreshed in place (the table `prod` serves) from the rows it then took back
+//! gets back what it held before the apply: no later refresh would delete a key only the refused
+//! query produced, nor reopen a version its refresh closed.
 
 use crate::common::*;
 use std::collections::BTreeSet;
@@ -13,8 +16,14 @@ use std::collections::BTreeSet;
 /// A project whose engine holds `landing.events`: 50 on the 1st, 70 on the 2nd, 10 on the 3rd
 /// (at 03:00), planned at midnight on the 3rd.
 fn landed() -> Project {
-    let mut p = Project::new();
-    p.execute_on_engine("CREATE SCHEMA landing; CREATE TABLE landing.events (ts timestamp, v integer)");
+    landed_on(EngineBackend::DuckDb)
+}
+
+/// [`landed`] on `engine`.
+fn landed_on(engine: EngineBackend) -> Project {
+    let mut p = Project::on_engine(engine);
+    p.execute_on_engine("CREATE SCHEMA landing");
+    p.execute_on_engine("CREATE TABLE landing.events (ts timestamp, v integer)");
     p.execute_on_engine(
         "INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-01 03:00', 50), (TIMESTAMP '2026-01-02 03:00', 70), (TIMESTAMP '2026-01-03 03:00', 10)",
     );
@@ -161,12 +170,24 @@ define_model {
 }
 "#;
 
-/// A unique-key model refreshed by the refused apply from the rows it then took back (the
-/// refused query's 20 for the 3rd: 140, where what `prod` serves sums to 120) is left pending:
-/// `status` lists it, and the next apply of the project `prod` serves refreshes it from what
-/// `prod` serves.
+/// The models pending a refresh or rebuild in `status prod --json` (which must exit 0).
+fn pending(p: &Project) -> Vec<String> {
+    let status = p.run(&["status", "prod", "--json"]).expect_code(0).json();
+    let list = status["pendingRebuilds"].as_array().unwrap_or_else(|| panic!("{status:#}"));
+    list.iter().filter_map(|r| r["name"].as_str().map(str::to_string)).collect()
+}
+
+/// True when a line of `stderr` says the table of `model` was put back as it was before the apply.
+fn put_back(stderr: &str, model: &str) -> bool {
+    stderr.lines().any(|l| l.contains(model) && l.contains("holds what it held before the apply again"))
+}
+
+/// A unique-key model refreshed in place by the refused apply (in the table `prod` serves) from
+/// the rows it then took back (the refused query's 20 for the 3rd: 140, where what `prod` serves
+/// sums to 120) gets back what it held: 120, and nothing pending. The next apply of the project
+/// `prod` serves computes the 3rd and refreshes it from what `prod` serves.
 #[test]
-fn a_unique_key_model_refreshed_from_rows_a_refused_forward_only_apply_took_back_is_left_pending() {
+fn a_unique_key_model_refreshed_from_rows_a_refused_forward_only_apply_took_back_gets_its_rows_back() {
     let mut p = landed();
     p.write("models/m.lua", &models("", "", "", KEYED));
     p.apply("prod");
@@ -177,25 +198,100 @@ fn a_unique_key_model_refreshed_from_rows_a_refused_forward_only_apply_took_back
     let refused = p.run(&["apply", "prod", "--yes", "--forward-only", "t.daily"]);
     refused.expect_code(1);
     assert!(refused.stderr.contains("a.top") && refused.stderr.contains("were taken back"), "{}", refused.stderr);
+    assert!(put_back(&refused.stderr, "k.top"), "the warning says so: {}", refused.stderr);
     assert_eq!(days(&p), "01=50,02=70");
-    assert_eq!(total(&p), "140", "k.top's refresh read the refused row before it was taken back");
-    let status = p.run(&["status", "prod", "--json"]).expect_code(0).json();
-    let pending: Vec<&str> = status["pendingRebuilds"].as_array().unwrap_or_else(|| panic!("{status:#}")).iter().filter_map(|r| r["name"].as_str()).collect();
-    assert!(pending.contains(&"k.top"), "k.top is pending: {status:#}");
-    // Recorded for the version `prod` serves (the refused one is served by none).
-    let prod_top = p.state().env_pointers("prod").expect("pointers")["k.top"].clone();
-    let recorded: Vec<String> = p.state().pending_rebuilds().expect("pending").into_iter().filter(|r| r.name == "k.top").map(|r| r.fingerprint).collect();
-    assert_eq!(recorded, vec![prod_top]);
+    assert_eq!(total(&p), "120", "k.top's refresh from the refused row, put back as it was");
+    assert!(!pending(&p).contains(&"k.top".to_string()), "nothing left to refresh: it holds what it held");
+    assert!(p.state().pending_rebuilds().expect("pending").iter().all(|r| r.name != "k.top"));
     // The project `prod` serves: its next apply computes the 3rd and refreshes k.top.
     p.write("models/m.lua", &models("", "", "", KEYED));
-    let plan = p.plan("prod");
-    assert_eq!(action(&plan, "k.top")["rebuild"], true, "{plan:#}");
     p.apply("prod");
     assert_eq!(days(&p), "01=50,02=70,03=10");
     assert_eq!(total(&p), "130");
     let status = p.run(&["status", "prod", "--check", "--json"]).expect_code(0).json();
     assert_eq!(status["pendingRebuilds"], serde_json::json!([]), "{status:#}");
 }
+
+/// `k.vals`: a unique-key model keyed by each day's total of `t.daily` as text (a total only the
+/// refused query produces is a key no later refresh deletes); `s.hist`: an SCD type 2 history of
+/// their sum (a version a refresh closed stays closed); `a.chk`: a `full` model below both whose
+/// blocking audit wants the open version's sum under 135.
+const BELOW: &str = r#"
+local vals = define_model {
+  name = "k.vals", kind = kind.incremental_by_unique_key { key = "k" },
+  schema = { { "k", "varchar" }, { "day", "timestamp" } },
+  query = "SELECT CAST(total AS VARCHAR) AS k, day FROM " .. ref(daily),
+}
+local hist = define_model {
+  name = "s.hist", kind = kind.scd_type2 { key = "id" },
+  schema = { { "id", "varchar" }, { "top", "bigint" } },
+  query = "SELECT 'x' AS id, CAST(sum(total) AS BIGINT) AS top FROM " .. ref(daily),
+}
+define_model {
+  name = "a.chk", kind = kind.full(),
+  schema = { { "n", "bigint" }, { "n_keys", "bigint" } },
+  audits = { audit.expression("n < 135") },
+  query = "SELECT CAST((SELECT max(top) FROM " .. ref(hist) .. " WHERE valid_to IS NULL) AS BIGINT) AS n, CAST((SELECT count(*) FROM " .. ref(vals) .. ") AS BIGINT) AS n_keys",
+}
+"#;
+
+/// The one value `sql` returns, as text (`""` for NULL or no row), on either engine.
+fn scalar(p: &Project, sql: &str) -> String {
+    p.query(sql).first().and_then(|r| r.first().cloned().flatten()).unwrap_or_default()
+}
+
+/// The day of the month of the timestamp `column`, as text (`3`), on either engine.
+fn day_of(column: &str) -> String {
+    format!("CAST(CAST(EXTRACT(day FROM {column}) AS INTEGER) AS VARCHAR)")
+}
+
+/// What `prod` serves of `t.daily` (`1=50,2=70`), `k.vals` (its keys, `50,70`) and `s.hist`
+/// (each version as `sum:from-to`, `120:3-` open since the 3rd), on either engine.
+fn served_below(p: &Project) -> [String; 3] {
+    let daily = format!("SELECT string_agg({} || '=' || CAST(total AS VARCHAR), ',' ORDER BY day) FROM {}", day_of("day"), env_view("prod", "t.daily"));
+    let keys = format!("SELECT string_agg(k, ',' ORDER BY k) FROM {}", env_view("prod", "k.vals"));
+    let history = format!(
+        "SELECT string_agg(CAST(top AS VARCHAR) || ':' || {} || '-' || coalesce({}, ''), ',' ORDER BY valid_from, top) FROM {}",
+        day_of("valid_from"),
+        day_of("valid_to"),
+        env_view("prod", "s.hist")
+    );
+    [scalar(p, &daily), scalar(p, &keys), scalar(p, &history)]
+}
+
+/// The reviewer's case: below the forward-only `t.daily`, the refused apply refreshes in place,
+/// in the tables `prod` serves, a unique-key model (adding the key `20`, which only the refused
+/// query's total for the 3rd gives) and an SCD type 2 history (closing `120` and opening `140`),
+/// before the audit of `a.chk` below both refuses it. Both tables get back what they held (before,
+/// the key `20` and the closed version `140` stayed for good: an upsert never deletes a key its
+/// query no longer returns, a reconciliation never reopens what it closed, and `status --check`
+/// said ok), nothing is left pending, and the next apply of the project `prod` serves refreshes
+/// them from what `prod` serves: the key `10`, the version `130`.
+fn keyed_tables_refreshed_in_place_by_a_refused_forward_only_apply_hold_what_they_held_before(engine: EngineBackend) {
+    let mut p = landed_on(engine);
+    p.write("models/m.lua", &models("", "", "", BELOW));
+    p.apply("prod");
+    let before = served_below(&p);
+    assert_eq!(before, ["1=50,2=70", "50,70", "120:3-"]);
+    p.write("models/m.lua", &models(" * 2", "", "", BELOW));
+    p.now = "2026-01-04T00:00:00Z".into();
+    let refused = p.run(&["apply", "prod", "--yes", "--forward-only", "t.daily"]);
+    refused.expect_code(1);
+    assert!(refused.stderr.contains("a.chk") && refused.stderr.contains("nothing was promoted"), "{}", refused.stderr);
+    assert!(put_back(&refused.stderr, "k.vals") && put_back(&refused.stderr, "s.hist"), "{}", refused.stderr);
+    assert_eq!(served_below(&p), before, "the refused rows taken back, the tables refreshed from them as they were");
+    let left = pending(&p);
+    assert!(!left.contains(&"k.vals".to_string()) && !left.contains(&"s.hist".to_string()), "nothing left to refresh: {left:?}");
+    p.run(&["status", "prod", "--check"]).expect_code(0);
+    // The project `prod` serves: the 3rd computed with its query, both tables refreshed from it.
+    p.write("models/m.lua", &models("", "", "", BELOW));
+    p.apply("prod");
+    assert_eq!(served_below(&p), ["1=50,2=70,3=10", "10,50,70", "120:3-4,130:4-"], "no key nor version only the refused query gave");
+    let status = p.run(&["status", "prod", "--check", "--json"]).expect_code(0).json();
+    assert_eq!(status["pendingRebuilds"], serde_json::json!([]), "{status:#}");
+}
+
+crate::on_every_engine!(keyed_tables_refreshed_in_place_by_a_refused_forward_only_apply_hold_what_they_held_before);
 
 #[test]
 fn a_forward_only_apply_refused_before_rewriting_the_days_its_lookback_covers_leaves_them_done_for_the_version_prod_serves() {

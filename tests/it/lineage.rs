@@ -2,7 +2,7 @@
 //! `*` and an embedded model, down to an external and a seed; and the other direction. And the
 //! plan's column impact: children that read none of a breaking change's columns keep their data.
 
-use crate::common::{EngineBackend, Project, string_set};
+use crate::common::{EngineBackend, Project, set, string_set};
 use crate::on_every_engine;
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -614,4 +614,117 @@ fn plan_column_impact_rebuilds_children_whose_reads_sqlparser_hides_and_matches_
     assert_eq!(column("dev__s.struct_m", 1), BTreeSet::from(["2".to_string()]), "`z.k` is `s.q`'s `z`'s `b`");
     assert_eq!(column("dev__s.today", 1), BTreeSet::from(["2001-01-01".to_string()]), "`current_date` is `s.q`'s column");
     assert_eq!(column("dev__s.counts", 1), BTreeSet::from(["0".to_string()]), "no `a` is 1 any more");
+}
+
+/// The files of a SQL project whose parents' breaking changes, though confined to one column,
+/// reshape their column lists. `m.p (id, k, y)` drops `y` when `edited`: `m.p_json` reads whole
+/// rows (`to_json(p)`), `m.p_excl` every column but `id` (`DISTINCT * EXCLUDE (id)`), and
+/// `m.p_alias` filters on `y`, the parent's column until it is dropped and then its own select
+/// alias (`k AS y`); `m.p_keys` and `m.p_counts` name only `id` and `k`. `m.q (id, k, y)` moves
+/// `y` before `k` and upper-cases `k` when `edited`: `m.q_pos` reads its second column through a
+/// column-alias list (`AS q(a, b)`: `k`, then `y`), `m.q_ys` names `id` and `y`.
+fn reshape_models(edited: bool) -> Vec<(String, String)> {
+    let model = |name: &str, schema: &str, refs: &str, query: &str| {
+        (format!("models/{}.sql", name.replace('.', "_")), format!("-- name: {name}\n-- kind: full\n-- schema: {schema}\n-- refs: {refs}\n{query}\n"))
+    };
+    let (p, q) = if edited {
+        (
+            model("m.p", "id bigint, k varchar", "src.t", "SELECT id, k FROM @ref(src.t)"),
+            model("m.q", "id bigint, y varchar, k varchar", "src.t", "SELECT id, s AS y, upper(k) AS k FROM @ref(src.t)"),
+        )
+    } else {
+        (
+            model("m.p", "id bigint, k varchar, y varchar", "src.t", "SELECT id, k, s AS y FROM @ref(src.t)"),
+            model("m.q", "id bigint, k varchar, y varchar", "src.t", "SELECT id, k, s AS y FROM @ref(src.t)"),
+        )
+    };
+    vec![
+        ("models/src_t.sql".into(), "-- name: src.t\n-- kind: external(path = data/t.csv)\n-- schema: id bigint, k varchar, s varchar\n".into()),
+        p,
+        q,
+        model("m.p_json", "id bigint, j varchar", "m.p", "SELECT id, to_json(p)::VARCHAR AS j FROM @ref(m.p) AS p"),
+        model("m.p_excl", "n bigint", "m.p", "SELECT count(*) AS n FROM (SELECT DISTINCT * EXCLUDE (id) FROM @ref(m.p))"),
+        model("m.p_alias", "id bigint, y varchar", "m.p", "SELECT id, k AS y FROM @ref(m.p) WHERE y = 'x'"),
+        model("m.p_keys", "id bigint, k varchar", "m.p", "SELECT id, k FROM @ref(m.p)"),
+        model("m.p_counts", "k varchar, n bigint", "m.p", "SELECT k, count(*) AS n FROM @ref(m.p) GROUP BY k"),
+        model("m.q_pos", "b varchar", "m.q", "SELECT b FROM @ref(m.q) AS q(a, b)"),
+        model("m.q_ys", "id bigint, y varchar", "m.q", "SELECT id, y FROM @ref(m.q)"),
+    ]
+}
+
+/// A SQL project of [`reshape_models`] (DuckDB).
+fn reshape_project(edited: bool) -> Project {
+    let p = Project::new();
+    p.write("efmesh.toml", &p.config_with("").replace("models/**/*.lua", "models/**/*.sql"));
+    p.write("data/t.csv", "id,k,s\n1,a,x\n2,a,y\n3,b,x\n");
+    for (file, text) in reshape_models(edited) {
+        p.write(&file, &text);
+    }
+    p
+}
+
+/// A breaking change confined to one column that drops a column or moves one reshapes the
+/// parent's column list, which lineage against the new columns cannot see: a child reading whole
+/// rows (`to_json(p)`), every column (`* EXCLUDE`), a name that binds elsewhere once the column
+/// is gone (`k AS y … WHERE y = 'x'`) or columns by position (`AS q(a, b)` after a reorder plus a
+/// change) reads the change, is rebuilt, and serves what a fresh build of the edited project
+/// serves; children naming other columns explicitly still keep their tables.
+#[test]
+fn plan_column_impact_rebuilds_children_that_may_see_a_dropped_or_moved_column_and_matches_a_fresh_build() {
+    let p = reshape_project(false);
+    p.apply("dev");
+    for (file, text) in reshape_models(true) {
+        p.write(&file, &text);
+    }
+    let plan = p.run(&["plan", "dev", "--json", "--explain"]).expect_code(0).json();
+    let action =
+        |name: &str| plan["actions"].as_array().unwrap().iter().find(|a| a["name"] == name).cloned().unwrap_or_else(|| panic!("no {name} in {plan:#}"));
+    let impact = |name: &str| action(name)["explain"]["columnImpact"].clone();
+    let (p_impact, q_impact) = (impact("m.p"), impact("m.q"));
+    assert_eq!(
+        (&p_impact["changed"], &p_impact["removed"], &p_impact["moved"]),
+        (&serde_json::json!(["y"]), &serde_json::json!(["y"]), &Value::Null),
+        "{p_impact:#}"
+    );
+    assert_eq!(string_set(&p_impact["readBy"]), set(&["m.p_alias", "m.p_excl", "m.p_json"]), "{p_impact:#}");
+    assert_eq!(string_set(&p_impact["notReadBy"]), set(&["m.p_counts", "m.p_keys"]), "{p_impact:#}");
+    assert_eq!((&q_impact["changed"], &q_impact["removed"], &q_impact["moved"]), (&serde_json::json!(["k"]), &Value::Null, &Value::Bool(true)), "{q_impact:#}");
+    assert_eq!(string_set(&q_impact["readBy"]), set(&["m.q_pos"]), "{q_impact:#}");
+    assert_eq!(string_set(&q_impact["notReadBy"]), set(&["m.q_ys"]), "{q_impact:#}");
+    for (m, why) in
+        [("m.p_json", "`m.p` removes `y`"), ("m.p_excl", "`m.p` removes `y`"), ("m.p_alias", "`m.p` removes `y`"), ("m.q_pos", "`m.q` moves columns")]
+    {
+        let a = action(m);
+        assert_eq!(a["build"], true, "{m}: {a:#}");
+        let reason = a["explain"]["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.contains(&format!("(column impact: {why}, and this model's query may see that")) && reason.contains("not confined for it"),
+            "{m}: {reason}"
+        );
+    }
+    for (m, parent, column) in [("m.p_keys", "m.p", "y"), ("m.p_counts", "m.p", "y"), ("m.q_ys", "m.q", "k")] {
+        let a = action(m);
+        assert_eq!(a["build"], false, "{m}: {a:#}");
+        let reason = a["explain"]["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains(&format!("column impact: `{parent}` changed only `{column}`, which this model does not read")), "{m}: {reason}");
+    }
+    let text = p.run(&["plan", "dev", "--explain"]).expect_code(0).stdout.clone();
+    assert!(text.contains("read by: `m.p_alias`, `m.p_excl`, `m.p_json`; not read by: `m.p_counts`, `m.p_keys`\n"), "{text}");
+    assert!(text.contains("read by: `m.q_pos`; not read by: `m.q_ys`\n"), "{text}");
+    assert!(text.contains("column list: the change removes `y` (dropped or renamed); a child whose query may see that"), "{text}");
+    assert!(text.contains("column list: the change moves columns; a child whose query may see that"), "{text}");
+    let applied = p.run(&["apply", "dev", "--yes", "--json"]).expect_code(0).json();
+    assert_eq!(string_set(&applied["built"]), set(&["m.p", "m.q", "m.p_json", "m.p_excl", "m.p_alias", "m.q_pos"]), "{applied:#}");
+
+    let fresh = reshape_project(true);
+    fresh.apply("dev");
+    for m in ["m.p", "m.q", "m.p_json", "m.p_excl", "m.p_alias", "m.p_keys", "m.p_counts", "m.q_pos", "m.q_ys"] {
+        let view = format!("dev__{m}");
+        assert_eq!(p.rows(&view), fresh.rows(&view), "{m} differs from a fresh build");
+    }
+    let one = |v: &str| vec![vec![Some(v.to_string())]];
+    assert_eq!(p.rows("dev__m.p_excl"), one("2"), "two distinct `k` once `y` is gone");
+    assert!(p.rows("dev__m.p_alias").is_empty(), "`WHERE y = 'x'` filters on the alias `k AS y` now");
+    let bs: Vec<Vec<Option<String>>> = ["x", "x", "y"].iter().map(|b| vec![Some(b.to_string())]).collect();
+    assert_eq!(p.rows("dev__m.q_pos"), bs, "`b` is `m.q`'s second column, `y` now");
 }

@@ -2,7 +2,8 @@
 //! positive case and stays quiet on its negative twin, `[lint]` in `efmesh.toml` switches rules
 //! off or makes them errors (exit 1), a model's `ignored_lints` (Lua, Rhai, `.sql`) silences a
 //! rule for that model, unknown rule names are errors with a "did you mean", and the `--json`
-//! shape. The rules read SQL only: no database is opened, so DuckDB alone.
+//! shape. The rules read SQL only (and `missing_source_file` whether the externals' files
+//! exist): no database is opened, so DuckDB alone.
 
 use crate::common::Project;
 use serde_json::{Value, json};
@@ -253,4 +254,143 @@ fn missing_grain_says_the_row_identity_grain_not_the_kinds_interval_grain() {
     assert!(partitioned["hint"].as_str().unwrap().contains("`name` and the columns that tell a partition's rows apart"), "{partitioned:#}");
     // A unique-key model's key identifies its rows (`diff --data` keys on it): no finding.
     assert!(!v["warnings"].as_array().unwrap().iter().any(|w| w["rule"] == "missing_grain" && w["model"] == "m.keyed"), "{v:#}");
+}
+
+/// Externals reading every kind of path, at lines 1 to 9 of `models/raw.lua`: a file that exists,
+/// one that does not, a glob matching nothing (in a directory that does not exist either) and
+/// one matching a file, a hive-partitioned glob matching a file, an absolute path to no file,
+/// URLs (`s3://`, `https://`: the engine's to reach, never looked for), and a table.
+fn sources_project(lint: &str) -> Project {
+    let p = Project::new();
+    p.write("efmesh.toml", &config(&p, lint));
+    p.write("data/present.csv", "id\n1\n");
+    p.write("data/parts/a.csv", "id\n1\n");
+    p.write("data/day=2026-01-01/e.parquet", "");
+    let absolute = p.root().join("elsewhere/gone.parquet");
+    p.write(
+        "models/raw.lua",
+        &format!(
+            r#"define_model {{ name = "raw.present", kind = kind.external {{ path = "data/present.csv" }}, schema = {{ {{ "id", "bigint" }} }} }}
+define_model {{ name = "raw.missing", kind = kind.external {{ path = "data/missing.csv" }}, schema = {{ {{ "id", "bigint" }} }} }}
+define_model {{ name = "raw.no_parts", kind = kind.external {{ path = "data/partz/*.csv" }}, schema = {{ {{ "id", "bigint" }} }} }}
+define_model {{ name = "raw.parts", kind = kind.external {{ path = "data/parts/*.csv" }}, schema = {{ {{ "id", "bigint" }} }} }}
+define_model {{ name = "raw.days", kind = kind.external {{ path = "data/day=*/*.parquet", hive_partitioning = true }}, schema = {{ {{ "id", "bigint" }} }} }}
+define_model {{ name = "raw.absolute", kind = kind.external {{ path = "{}" }}, schema = {{ {{ "id", "bigint" }} }} }}
+define_model {{ name = "raw.s3", kind = kind.external {{ path = "s3://efmesh-no-such-bucket/x/*.parquet" }}, schema = {{ {{ "id", "bigint" }} }} }}
+define_model {{ name = "raw.web", kind = kind.external {{ path = "https://efmesh.invalid/x.csv" }}, schema = {{ {{ "id", "bigint" }} }} }}
+define_model {{ name = "raw.table", kind = kind.external {{ table = "main.nowhere" }}, schema = {{ {{ "id", "bigint" }} }} }}
+"#,
+            absolute.display()
+        ),
+    );
+    p
+}
+
+/// The three externals of [`sources_project`] whose path matches no file.
+const MISSING: &[(&str, &str)] = &[("missing_source_file", "raw.missing"), ("missing_source_file", "raw.no_parts"), ("missing_source_file", "raw.absolute")];
+
+/// `missing_source_file` warns of each external whose local file or glob matches no file, at its
+/// file:line, naming the path as written and as `apply` reads it (relative to the project
+/// directory); a file or glob that matches, a URL and a table are no finding; the warning keeps
+/// exit 0 and goes once the file exists.
+#[test]
+fn missing_source_file_warns_of_each_local_path_that_matches_no_file() {
+    let p = sources_project("");
+    let run = p.run(&["check", "--json"]);
+    run.expect_code(0);
+    let v = run.json();
+    assert_eq!((&v["ok"], &v["errors"]), (&json!(true), &json!([])), "{v:#}");
+    assert_eq!(found(&v["warnings"]), pairs(MISSING), "{v:#}");
+    let warning =
+        |model: &str| v["warnings"].as_array().unwrap().iter().find(|w| w["model"] == model).unwrap_or_else(|| panic!("no warning on {model}: {v:#}")).clone();
+    // The command ran in the project directory, whose path the operating system gives resolved.
+    let root = fs_err::canonicalize(p.root()).unwrap();
+    let missing = warning("raw.missing");
+    let resolved = root.join("data/missing.csv").display().to_string();
+    assert_eq!(
+        (missing["severity"].as_str(), missing["file"].as_str(), missing["line"].as_u64()),
+        (Some("warning"), Some("models/raw.lua"), Some(2)),
+        "{missing:#}"
+    );
+    assert_eq!((missing["path"].as_str(), missing["resolvedPath"].as_str()), (Some("data/missing.csv"), Some(resolved.as_str())), "{missing:#}");
+    assert_eq!(missing["message"], format!("file `data/missing.csv` does not exist (read as `{resolved}`, relative to the project directory)"), "{missing:#}");
+    assert!(missing["hint"].as_str().unwrap().starts_with("create the file, or correct the external's `path`"), "{missing:#}");
+    let glob = warning("raw.no_parts");
+    assert_eq!(glob["line"].as_u64(), Some(3), "{glob:#}");
+    assert!(glob["message"].as_str().unwrap().starts_with("no file matches the pattern `data/partz/*.csv` (read as `"), "{glob:#}");
+    // An absolute path is read as written.
+    let absolute = warning("raw.absolute");
+    let written = p.root().join("elsewhere/gone.parquet").display().to_string();
+    assert_eq!((absolute["line"].as_u64(), absolute["resolvedPath"].as_str()), (Some(6), Some(written.as_str())), "{absolute:#}");
+    assert_eq!(absolute["message"], format!("file `{written}` does not exist"), "{absolute:#}");
+
+    let text = p.run(&["check"]);
+    text.expect_code(0);
+    assert!(
+        text.stdout.contains(&format!(
+            "warning[missing_source_file]: models/raw.lua:2: model `raw.missing`: file `data/missing.csv` does not exist (read as `{resolved}`, relative to the project directory)\n  hint: create the file"
+        )),
+        "{}",
+        text.stdout
+    );
+    assert!(text.stdout.ends_with("ok: 9 models checked, 3 warnings\n"), "{}", text.stdout);
+
+    // Once the file and a file the glob matches exist, only the absolute path is missing.
+    p.write("data/missing.csv", "id\n1\n");
+    p.write("data/partz/b.csv", "id\n2\n");
+    let v = p.run(&["check", "--json"]).expect_code(0).json();
+    assert_eq!(found(&v["warnings"]), pairs(&[("missing_source_file", "raw.absolute")]), "{v:#}");
+}
+
+/// `[lint] error` makes a missing source file fail `check` (exit 1), `[lint] ignore` switches the
+/// rule off, a misspelt name gets a "did you mean", and a model's `ignored_lints` (Lua, Rhai,
+/// `.sql`) silences it for that model alone.
+#[test]
+fn missing_source_file_is_an_error_when_asked_and_ignored_when_asked() {
+    let p = sources_project("\n[lint]\nerror = [\"missing_source_file\"]\n");
+    let run = p.run(&["check", "--json"]);
+    run.expect_code(1);
+    let v = run.json();
+    assert_eq!((&v["ok"], &v["warnings"]), (&json!(false), &json!([])), "{v:#}");
+    assert_eq!(found(&v["errors"]), pairs(MISSING), "{v:#}");
+    assert!(v["errors"].as_array().unwrap().iter().all(|e| e["severity"] == "error"), "{v:#}");
+    let text = p.run(&["check"]);
+    text.expect_code(1);
+    assert!(
+        text.stdout.contains("error[missing_source_file]: models/raw.lua:2: model `raw.missing`: file `data/missing.csv` does not exist"),
+        "{}",
+        text.stdout
+    );
+    assert!(text.stdout.ends_with("check failed: 3 errors (9 models checked)\n"), "{}", text.stdout);
+
+    p.write("efmesh.toml", &config(&p, "\n[lint]\nignore = [\"missing_source_file\"]\n"));
+    let v = p.run(&["check", "--json"]).expect_code(0).json();
+    assert_eq!((&v["errors"], &v["warnings"]), (&json!([]), &json!([])), "{v:#}");
+
+    p.write("efmesh.toml", &config(&p, "\n[lint]\nignore = [\"missing_source_files\"]\n"));
+    let run = p.run(&["check"]);
+    run.expect_code(1);
+    assert!(run.stdout.contains("`lint.ignore`: unknown rule `missing_source_files` (did you mean `missing_source_file`?)"), "{}", run.stdout);
+
+    // Per model, in every language: only the externals that do not ignore the rule are found.
+    p.write("efmesh.toml", &config(&p, "\n[lint]\nerror = [\"missing_source_file\"]\n"));
+    p.write(
+        "models/raw.lua",
+        &p.read("models/raw.lua").replace(
+            "name = \"raw.missing\", kind = kind.external { path = \"data/missing.csv\" },",
+            "name = \"raw.missing\", kind = kind.external { path = \"data/missing.csv\" }, ignored_lints = { \"missing_source_file\" },",
+        ),
+    );
+    p.write(
+        "models/r.rhai",
+        "define_model(#{ name: \"r.gone\", kind: kind::external(#{ path: \"data/gone.json\" }), ignored_lints: [\"missing_source_file\"], schema: [[\"id\", \"bigint\"]] });\n\
+         define_model(#{ name: \"r.still\", kind: kind::external(#{ path: \"data/gone.json\" }), schema: [[\"id\", \"bigint\"]] });\n",
+    );
+    p.write("models/s.sql", "-- name: s.gone\n-- kind: external(path = data/gone.csv)\n-- schema: id bigint\n-- ignored_lints: missing_source_file\n");
+    let run = p.run(&["check", "--json"]);
+    run.expect_code(1);
+    let v = run.json();
+    let mut expected: Vec<(&str, &str)> = MISSING.iter().copied().filter(|(_, m)| *m != "raw.missing").collect();
+    expected.push(("missing_source_file", "r.still"));
+    assert_eq!(found(&v["errors"]), pairs(&expected), "{v:#}");
 }

@@ -2,6 +2,7 @@
 //! neither the state store nor the DuckDB file changes.
 
 use crate::common::*;
+use serde_json::json;
 
 /// Applies the sample project to `dev`, breaks it with `break_it`, then checks that `plan dev`
 /// and `apply dev --yes` both fail with exit 1 and every needle on stderr, leaving the state
@@ -270,6 +271,23 @@ fn a_sql_file_whose_query_no_parser_reads_is_reported_at_the_line_of_the_file() 
 }
 
 #[test]
+fn a_dynamic_pivot_is_refused_at_its_line_with_a_hint_to_list_its_values() {
+    // DuckDB serialises no `PIVOT` without an `IN (…)` list (several statements to it), and its
+    // own message ("Only SELECT statements can be serialized to json!") would not say why.
+    let stderr = assert_load_error(
+        |p| {
+            p.write("efmesh.toml", &CONFIG.replace("models/**/*.lua", "models/**/*.{lua,sql}"));
+            p.write("models/bad.sql", &sql_model("FROM (PIVOT @ref(raw.events) ON region USING count(*))"));
+        },
+        &[
+            "models/bad.sql:9: model `mart.bad`: a dynamic `PIVOT` (one without an `IN (…)` list) at line 3 cannot be analysed",
+            "hint: list the pivoted values, e.g. `PIVOT … ON k IN ('a', 'b') USING …`",
+        ],
+    );
+    assert!(!stderr.contains("Only SELECT statements"), "{stderr}");
+}
+
+#[test]
 fn a_sql_file_whose_query_does_not_bind_is_reported_at_the_line_of_the_file() {
     let p = sample_project();
     let apply_fails_with = |needle: &str| {
@@ -280,7 +298,8 @@ fn a_sql_file_whose_query_does_not_bind_is_reported_at_the_line_of_the_file() {
     p.write("efmesh.toml", &CONFIG.replace("models/**/*.lua", "models/**/*.{lua,sql}"));
     p.write("models/bad.sql", &sql_model("FROM @ref(raw.events)\nWHERE amount > nosuch\nGROUP BY region"));
     apply_fails_with("models/bad.sql:10: model `mart.bad`: the query does not bind: Binder Error: Referenced column \"nosuch\" not found");
-    // A Lua model's query has no line of its file: the message gives the line of the query.
+    // A Lua model's query built with escapes (`\n`) is not in its file as it is: no line of the
+    // file, the message gives the line of the query.
     fs_err::remove_file(p.root().join("models/bad.sql")).expect("rm");
     p.write(
         "models/bad.lua",
@@ -289,6 +308,129 @@ fn a_sql_file_whose_query_does_not_bind_is_reported_at_the_line_of_the_file() {
     apply_fails_with(
         "models/bad.lua:2: model `mart.bad`: the query does not bind (line 3 of the query as `efmesh render` shows it): Binder Error: Referenced column \"nosuch\" not found",
     );
+}
+
+/// `models/bad.lua` over the sample's `raw.events`: a long string `:format`ted with the ref, its
+/// first line on line 8 of the file; `tail` is line 4 of the query, line 11 of the file.
+fn lua_model(tail: &str) -> String {
+    format!(
+        "local raw = require(\"raw\")\n-- revenue per region\ndefine_model {{\n  name = \"mart.bad\",\n  kind = kind.full(),\n  \
+         schema = {{ {{ \"region\", \"varchar\" }}, {{ \"revenue\", \"bigint\" }} }},\n  query = ([[\n    SELECT region,\n           \
+         CAST(sum(amount) AS BIGINT) AS revenue\n    FROM %s\n    {tail}\n  ]]):format(ref(raw.events)),\n}}\n"
+    )
+}
+
+/// A Lua or Rhai query written in its file as it is (a long string `:format`ted with a `ref()`,
+/// a Rhai backtick string with `${ref(…)}`) is reported at the line of the file an error is on,
+/// as a `.sql` file's: a query no parser reads (`check`, `plan`, `apply`), one that does not
+/// bind (`apply`'s contract), a column `check` cannot resolve.
+#[test]
+fn a_script_query_written_in_its_file_is_reported_at_the_line_of_the_file() {
+    // `GROUPY` is read as an alias: DuckDB stops at `BY`, line 4 of the query, 11 of the file
+    // (the `define_model` call is on line 3).
+    let at_11 = "models/bad.lua:11: model `mart.bad`: DuckDB cannot parse SQL at line 4: syntax error at or near \"BY\"";
+    assert_load_error(
+        |p| {
+            p.write("models/bad.lua", &lua_model("GROUPY BY region"));
+        },
+        &[at_11],
+    );
+    let p = sample_project();
+    p.write("models/bad.lua", &lua_model("GROUPY BY region"));
+    let check = p.run(&["check", "--json"]);
+    check.expect_code(1);
+    let v = check.json();
+    let e = error_of(&v, "mart.bad");
+    assert_eq!((&e["file"], &e["line"]), (&json!("models/bad.lua"), &json!(11)), "{v:#}");
+    assert!(e["message"].as_str().is_some_and(|m| m.starts_with("DuckDB cannot parse SQL at line 4")), "{v:#}");
+    // A function DuckDB does not have: `check` passes, `apply`'s contract refuses it at its line.
+    p.write("models/bad.lua", &lua_model("GROUP BY nope_fn(region)"));
+    p.run(&["check"]).expect_code(0);
+    let apply = p.run(&["apply", "dev", "--yes"]);
+    apply.expect_code(1);
+    assert!(
+        apply.stderr.contains("models/bad.lua:11: model `mart.bad`: the query does not bind: Catalog Error: Scalar Function with name nope_fn does not exist!"),
+        "{}",
+        apply.stderr
+    );
+    // A Rhai backtick string: `check`'s column error at line 2 of the query, 6 of the file.
+    fs_err::remove_file(p.root().join("models/bad.lua")).expect("rm");
+    p.write("efmesh.toml", &CONFIG.replace("models/**/*.lua", "models/**/*.{lua,rhai}"));
+    p.write(
+        "models/col.rhai",
+        "define_model(#{\n  name: \"mart.col\",\n  kind: kind::full(),\n  schema: [[\"region\", \"varchar\"], [\"n\", \"bigint\"]],\n  \
+         query: `SELECT region,\n       count(amont) AS n\nFROM ${ref(\"raw.events\")}\nGROUP BY region`,\n});\n",
+    );
+    let check = p.run(&["check", "--json"]);
+    check.expect_code(1);
+    let v = check.json();
+    let e = error_of(&v, "mart.col");
+    assert_eq!((&e["file"], &e["line"], &e["sqlLine"], &e["column"]), (&json!("models/col.rhai"), &json!(6), &json!(2), &json!("amont")), "{v:#}");
+    let text = p.run(&["check"]);
+    assert!(text.stdout.contains("models/col.rhai:6: model `mart.col`: column `amont` is not declared by parent `raw.events`, at line 2"), "{}", text.stdout);
+    // The same text written twice in the file (in a comment too) places no line: the error is at
+    // the `define_model` line (7), naming the query's (2); not at line 9, nor 3.
+    p.write(
+        "models/col.rhai",
+        "// the query:\n/*\nSELECT region,\n       count(amont) AS n\nFROM \n*/\ndefine_model(#{ name: \"mart.col\", kind: kind::full(), \
+         schema: [[\"region\", \"varchar\"], [\"n\", \"bigint\"]],\n  query: `SELECT region,\n       count(amont) AS n\nFROM ${ref(\"raw.events\")}\n\
+         GROUP BY region` });\n",
+    );
+    let v = p.run(&["check", "--json"]).json();
+    let e = error_of(&v, "mart.col");
+    assert_eq!((&e["line"], &e["sqlLine"]), (&json!(7), &json!(2)), "{v:#}");
+}
+
+/// The error of `check --json` (`v`) naming `model`.
+#[track_caller]
+fn error_of<'v>(v: &'v serde_json::Value, model: &str) -> &'v serde_json::Value {
+    v["errors"].as_array().and_then(|errors| errors.iter().find(|e| e["model"] == model)).unwrap_or_else(|| panic!("no error of `{model}`: {v:#}"))
+}
+
+/// A Lua runtime error is one line, the error at its file:line, in every report (`check`,
+/// `plan`, `apply`, `--json` or not); Lua's `stack traceback:` is `check --json`'s `traceback`
+/// and the debug log's, never the message's. A Rhai error's `at file:line:col` call stack
+/// likewise.
+#[test]
+fn a_script_error_is_one_line_with_its_call_stack_apart() {
+    let p = Project::new();
+    p.write("efmesh.toml", &CONFIG.replace("models/**/*.lua", "models/**/*.{lua,rhai}"));
+    p.write(
+        "models/e.lua",
+        "local function helper(t)\n  return t.x.y\nend\ndefine_model {\n  name = \"z.e\",\n  kind = kind.full(),\n  schema = { { \"n\", \"bigint\" } },\n  \
+         query = function() return \"SELECT \" .. helper({}) .. \" AS n\" end,\n}\n",
+    );
+    p.write("models/r.rhai", "fn helper(t) {\n  t.x.y\n}\nlet q = helper(#{});\n");
+    let run = p.run(&["check", "--json"]);
+    run.expect_code(1);
+    let v = run.json();
+    let errors = v["errors"].as_array().expect("errors");
+    assert_eq!(errors.len(), 2, "{v:#}");
+    let (lua, rhai) = (&errors[0], &errors[1]);
+    assert_eq!((&lua["file"], &lua["line"]), (&json!("models/e.lua"), &json!(2)), "{v:#}");
+    assert_eq!(lua["message"], json!("runtime error: attempt to index a nil value (field 'x')"), "{v:#}");
+    let traceback = lua["traceback"].as_str().unwrap_or_default();
+    // Through the `query` function (line 8) that called `helper`.
+    assert!(traceback.starts_with("stack traceback:") && traceback.contains("models/e.lua:8:"), "{v:#}");
+    assert_eq!((&rhai["file"], &rhai["line"], &rhai["message"]), (&json!("models/r.rhai"), &json!(2), &json!("unknown property `x`")), "{v:#}");
+    assert_eq!(rhai["traceback"], json!("at models/r.rhai:2:5 in `helper`\nat models/r.rhai:4:9"), "{v:#}");
+    // The text of every command: the error's own line, no call stack.
+    let lines = ["models/e.lua:2: runtime error: attempt to index a nil value (field 'x')\n", "models/r.rhai:2: unknown property `x`\n"];
+    let check = p.run(&["check"]);
+    for args in [&["plan", "dev"][..], &["apply", "dev", "--yes"], &["plan", "dev", "--json"]] {
+        let run = p.run(args);
+        run.expect_code(1);
+        let out = format!("{}{}", run.stdout, run.stderr);
+        assert!(!out.contains("stack traceback") && !out.contains("at models/r.rhai"), "`{}`: {out}", run.cmd);
+        assert!(out.contains("models/e.lua:2: runtime error: attempt to index a nil value (field 'x')"), "`{}`: {out}", run.cmd);
+    }
+    for line in lines {
+        assert!(check.stdout.contains(line), "{}", check.stdout);
+    }
+    assert!(!check.stdout.contains("stack traceback") && !check.stdout.contains("at models/r.rhai"), "{}", check.stdout);
+    // `--log-level debug` logs it.
+    let debug = p.run(&["--log-level", "debug", "check"]);
+    assert!(debug.stderr.contains("stack traceback") && debug.stderr.contains("models/r.rhai:2:5"), "{}", debug.stderr);
 }
 
 #[test]
@@ -384,6 +526,30 @@ fn a_sql_models_kind_cron_and_target_errors_are_at_their_header_lines() {
         ["models/bad.sql:2: model `t.bad`: `start`", "models/bad.sql:3: model `t.bad`: ", "models/bad.sql:4: model `t.bad`: unknown target `parquett`"]
     {
         assert!(out.contains(needle), "lacks {needle:?}:\n{out}");
+    }
+}
+
+/// An unknown kind option names every option the kind takes, sorted, after the one meant when a
+/// name is close (it said only "unknown option `x` for kind `external`"): in a `.sql` model at
+/// its `-- kind:` line, in a Lua model at its `define_model`; a kind without options says so.
+#[test]
+fn an_unknown_kind_option_lists_the_options_of_the_kind() {
+    let p = Project::new();
+    p.write("efmesh.toml", &CONFIG.replace("models/**/*.lua", "models/**/*.{lua,sql}"));
+    p.write("data/x.csv", "n\n1\n");
+    p.write("models/ext.sql", "-- name: raw.x\n-- kind: external(path = data/x.csv, delimeter = ';')\n-- schema: n bigint\n");
+    p.write("models/typo.sql", "-- name: raw.y\n-- kind: external(path = data/x.csv, zzzz = 1)\n-- schema: n bigint\n");
+    p.write("models/full.lua", "define_model { name = \"s.f\", kind = kind.full { x = 1 }, schema = { { \"n\", \"bigint\" } }, query = \"SELECT 1 AS n\" }\n");
+    let run = p.run(&["check"]);
+    run.expect_code(1);
+    let out = format!("{}{}", run.stdout, run.stderr);
+    let options = "its options: `delimiter`, `format`, `header`, `hive_partitioning`, `null_markers`, `path`, `table`, `union_by_name`";
+    for needle in [
+        format!("models/ext.sql:2: model `raw.x`: unknown option `delimeter` for kind `external` (did you mean `delimiter`?); {options}"),
+        format!("models/typo.sql:2: model `raw.y`: unknown option `zzzz` for kind `external`; {options}"),
+        "models/full.lua:1: model `s.f`: unknown option `x` for kind `full`; kind `full` takes no options".to_string(),
+    ] {
+        assert!(out.contains(&needle), "lacks {needle:?}:\n{out}");
     }
 }
 
@@ -626,15 +792,17 @@ fn a_query_reading_efmesh_storage_by_name_is_a_load_error() {
             );
         },
         &[
-            "models/r.lua:1: model `z.r`: the query reads `_efmesh.s__a__",
-            "(line 2 of its query), a relation of efmesh's own storage (`_efmesh`), by its name instead of through a reference",
+            // Both queries are written in their files as they are: at the line of the name.
+            "models/r.lua:3: model `z.r`: the query reads `_efmesh.s__a__",
+            "`, a relation of efmesh's own storage (`_efmesh`), by its name instead of through a reference",
             "no dependency is recorded and the query keeps reading that version after the model changes",
             "hint: use `ref(\"s.a\")` (`_efmesh.s__a__",
-            "models/u.lua:1: model `z.u`: the query reads `efmesh._efmesh._efmesh_uses` (line 1 of its query), a relation of efmesh's own storage (`_efmesh`)",
+            "models/u.lua:2: model `z.u`: the query reads `efmesh._efmesh._efmesh_uses`, a relation of efmesh's own storage (`_efmesh`)",
             "hint: read a model through a reference",
         ],
     );
     assert_eq!(stderr.matches("a relation of efmesh's own storage").count(), 2, "{stderr}");
+    assert!(!stderr.contains("of its query"), "{stderr}");
 }
 
 /// An external declared over a relation of efmesh's own storage (a model's physical table, as

@@ -49,6 +49,15 @@ fn load_err(dir: &tempfile::TempDir) -> String {
     }
 }
 
+/// Loads the project, expecting failure; returns the errors.
+#[track_caller]
+fn load_errors(dir: &tempfile::TempDir) -> LoadErrors {
+    match load(dir) {
+        Ok(p) => panic!("the project loaded, with models {:?}", p.dag.order()),
+        Err(e) => e,
+    }
+}
+
 #[track_caller]
 fn assert_has(text: &str, needles: &[&str]) {
     for n in needles {
@@ -284,7 +293,16 @@ fn script_errors_carry_line_column_and_the_call_stack() {
         ("models/lib.rhai", "fn make(n) {\n  if n > 1 { throw `no regions for ${n} markets`; }\n  n\n}\n"),
         ("models/x.rhai", "import \"lib\" as lib;\nlet ok = lib::make(1);\nlet bad = lib::make(2);\n"),
     ]);
-    assert_has(&load_err(&dir), &["models/x.rhai:3: no regions for 2 markets", "at models/lib.rhai:2:14 in `make`", "at models/x.rhai:3:"]);
+    let errors = load_errors(&dir);
+    let text = errors.to_string();
+    assert_has(&text, &["models/x.rhai:3: no regions for 2 markets"]);
+    // The call stack, innermost first, is the error's traceback (`check --json`'s `"traceback"`,
+    // the debug log), not part of its message: the report has one line per error.
+    let e = errors.0.iter().find(|e| e.message.starts_with("no regions for 2 markets")).unwrap_or_else(|| panic!("{text}"));
+    let traceback = e.traceback.as_deref().unwrap_or_default();
+    assert_has(traceback, &["at models/lib.rhai:2:14 in `make`", "at models/x.rhai:3:"]);
+    assert!(traceback.find("models/lib.rhai:2:14") < traceback.find("models/x.rhai:3:"), "{traceback}");
+    assert!(!text.contains("at models/"), "{text}");
 }
 
 /// A closure converted to text prints `Fn(anon$<hash>)`, the hash different in every process
@@ -426,7 +444,12 @@ fn a_closures_name_reaching_sql_through_a_caught_error_is_refused() {
 #[test]
 fn syntax_error_has_line_and_column() {
     let dir = project(&[("models/x.rhai", "define_model(#{\n  name: \"z.x\",\n  kind: kind::full()\n  schema: [],\n});\n")]);
-    assert_has(&load_err(&dir), &["models/x.rhai:4: syntax error", "at models/x.rhai:4:3"]);
+    let errors = load_errors(&dir);
+    assert_has(&errors.to_string(), &["models/x.rhai:4: syntax error"]);
+    // The column is in the traceback, not the message.
+    let e = errors.0.iter().find(|e| e.message.starts_with("syntax error")).unwrap_or_else(|| panic!("{errors}"));
+    assert_has(e.traceback.as_deref().unwrap_or_default(), &["at models/x.rhai:4:3"]);
+    assert!(!e.message.contains('\n'), "{:?}", e.message);
 }
 
 #[test]

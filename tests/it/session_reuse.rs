@@ -46,8 +46,9 @@ fn assert_same_as_fresh_load(s: &Session) {
 fn assert_same_as_cli(p: &Project, s: &Session) {
     assert_same_as_fresh_load(s);
     let mut cli = p.plan("dev");
-    // The command's own keys around the plan: the envelope and the environment's lifecycle.
-    for key in ["apiVersion", "expired", "expiry"] {
+    // The command's own keys around the plan: the envelope, the environment's lifecycle, and
+    // whether it is new (`Plan::mark_new_environment`, what the command shows of the store).
+    for key in ["apiVersion", "expired", "expiry", "newEnvironment"] {
         cli.as_object_mut().unwrap().remove(key);
     }
     assert_eq!(session_plan(s), cli, "the session's re-plan equals `efmesh plan dev`");

@@ -136,6 +136,7 @@ impl Problem {
             message: self.message.clone(),
             hint: self.hint.clone(),
             field: None,
+            traceback: None,
         };
         e.to_string()
     }

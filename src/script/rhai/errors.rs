@@ -1,5 +1,6 @@
 //! Rhai errors → load errors: file:line, a message in efmesh's style, and the Rhai call stack as
-//! `at file:line:col` lines, innermost first.
+//! `at file:line:col` lines, innermost first, as the error's traceback ([`LoadError::traceback`]:
+//! `check --json`'s `"traceback"`, the debug log), not part of its message.
 
 use super::{
     BUDGET_TAG, FILE_BUDGET, MAX_ARRAY_SIZE, MAX_CALL_LEVELS, MAX_FUNCTIONS, MAX_MAP_SIZE, MAX_MEMORY_GROWTH, MAX_MODULES, MAX_OPERATIONS, MAX_STRING_SIZE,
@@ -32,7 +33,7 @@ pub(super) fn parse_error(e: &ParseError, file: &Path) -> LoadError {
             }
         }
     };
-    let mut err = LoadError::new(Some(location(file, e.1)), None, format!("{message}\n  at {}", at(file, e.1)));
+    let mut err = LoadError::new(Some(location(file, e.1)), None, message).with_traceback(format!("at {}", at(file, e.1)));
     if let ParseErrorType::VariableUndefined(_) = &*e.0 {
         err = err.with_hint("variables must be defined (`let`) before use; a handle from another file is `alias::name` after `import`");
     }
@@ -78,17 +79,18 @@ pub(super) fn eval_error(e: &EvalAltResult, file: &Path) -> LoadError {
     }
     // The error's line in the file being loaded: its innermost position there.
     let here = trace.iter().find(|(src, pos, _)| src == file && !pos.is_none()).map_or(Position::NONE, |(_, pos, _)| *pos);
-    let mut message = crate::script::sandbox::capped_message(leaf_message(leaf));
+    let message = crate::script::sandbox::capped_message(leaf_message(leaf));
+    let mut stack = Vec::new();
     for (src, pos, func) in &trace {
         if pos.is_none() {
             continue;
         }
-        message.push_str(&format!("\n  at {}", at(src, *pos)));
-        if let Some(func) = func {
-            message.push_str(&format!(" in {func}"));
-        }
+        stack.push(match func {
+            Some(func) => format!("at {} in {func}", at(src, *pos)),
+            None => format!("at {}", at(src, *pos)),
+        });
     }
-    let mut err = LoadError::new(Some(location(file, here)), None, message);
+    let mut err = LoadError::new(Some(location(file, here)), None, message).with_traceback(stack.join("\n"));
     if let Some(hint) = hint(leaf) {
         err = err.with_hint(hint);
     }
