@@ -3779,20 +3779,7 @@ mod tests {
         let mut committed = Committed::default();
         committed.add(Committed::of(&ApplyReport { restated_meanwhile: vec![refused("t.daily", 3, 6)], ..ApplyReport::default() }));
         committed.add(Committed::of(&ApplyReport { restated_meanwhile: vec![refused("t.other", 0, 1)], ..ApplyReport::default() }));
-        let plan = Plan {
-            env: "dev".into(),
-            new_environment: None,
-            did_you_mean: None,
-            existing_environments: Vec::new(),
-            now: 0,
-            has_changes: true,
-            actions: Vec::new(),
-            canon_cache_misses: Vec::new(),
-            from_memo: false,
-            generation: None,
-            also_writes: Vec::new(),
-            refused: None,
-        };
+        let plan = Plan { env: "dev".into(), has_changes: true, ..Plan::default() };
         let mut report = ApplyReport { restated_meanwhile: vec![refused("t.weekly", 0, 7)], ..ApplyReport::default() };
         committed.merge_into(&mut report, &plan);
         assert_eq!(report.restated_meanwhile, vec![refused("t.daily", 3, 6), refused("t.other", 0, 1), refused("t.weekly", 0, 7)]);

@@ -365,20 +365,7 @@ mod tests {
 
     /// A plan with no action, of environment `env`, marked new or not against `known`.
     fn plan_of(env: &str, known: &[&str]) -> crate::plan::Plan {
-        let mut plan = crate::plan::Plan {
-            env: env.into(),
-            new_environment: None,
-            did_you_mean: None,
-            existing_environments: Vec::new(),
-            now: 0,
-            has_changes: false,
-            actions: Vec::new(),
-            canon_cache_misses: Vec::new(),
-            from_memo: false,
-            generation: None,
-            also_writes: Vec::new(),
-            refused: None,
-        };
+        let mut plan = crate::plan::Plan { env: env.into(), ..crate::plan::Plan::default() };
         plan.mark_new_environment(known.iter().map(|e| e.to_string()).collect());
         plan
     }

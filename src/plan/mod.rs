@@ -854,7 +854,7 @@ impl Options {
 }
 
 /// The diff of a project against one environment at one instant.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Plan {
     /// Environment name.
