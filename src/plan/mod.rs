@@ -1184,6 +1184,24 @@ fn shared_writer<'o>(
     generations::writer_elsewhere(state, snapshots, others.as_ref().expect("read just above"), env, name, fp, own)
 }
 
+/// True when an environment other than `env` serves the version `fp` of `name` stored on
+/// `physical` (other environments' pointers, read once per plan into `served_elsewhere`).
+///
+/// # Errors
+/// A state read fails.
+fn served_anywhere(
+    state: &dyn StateStore,
+    snapshots: &crate::state::SnapshotIndex,
+    served_elsewhere: &mut Option<generations::ServedElsewhere>,
+    env: &str,
+    (name, fp, physical): (&str, &str, &str),
+) -> Result<bool, StateError> {
+    if served_elsewhere.is_none() {
+        *served_elsewhere = Some(generations::served_elsewhere(state, snapshots, env)?);
+    }
+    Ok(served_elsewhere.as_ref().expect("read just above").get(&(name.to_string(), physical.to_string())).is_some_and(|fps| fps.contains(fp)))
+}
+
 /// Canonicalises one body with the canonical parser of the engine `dialect` spells
 /// ([`crate::engine::dialect::Dialect::canonicalize`]: for DuckDB sqlparser first, the engine's
 /// own parse tree when sqlparser cannot parse it; for Postgres libpg_query's tree).
@@ -3036,6 +3054,28 @@ fn compute_with(
             (_, Some((_, p))) if !p.is_empty() => Some(p.clone()),
             _ => physical_relation(dialect, model, &fp),
         };
+        // A forward-only version an earlier apply recorded on the table it keeps and never
+        // promoted (refused, its writes taken back; or stopped by a kill): no environment serves
+        // it and none ever did (no `released` record), so it inherits the table as on that first
+        // attempt — the kept version's done intervals, and the take-back of what it writes if
+        // this apply fails too (`apply::inherited`). As a recorded version it would compute its
+        // whole history with the new query into the table the environment serves, none of it
+        // taken back. A version served before (a return to the table's own version, or to one a
+        // promotion left) keeps its own ledger: its done intervals are its query's rows, and the
+        // days another query wrote since are not done for it.
+        let mut leftover = false;
+        if change == Change::ForwardOnly
+            && let (Some((phys, _)), Some(p)) = (existing, previous.as_ref())
+            && *p != fp
+            && !phys.is_empty()
+            && snapshots.get(&(name_s.clone(), p.as_str().to_string())).is_some_and(|(pp, _)| pp == phys)
+            && !served_anywhere(state, snapshots, &mut served_elsewhere, env, (&name_s, fp.as_str(), phys))?
+            && !state.was_released(&name_s, fp.as_str())?
+        {
+            reused = Some((p.clone(), phys.clone()));
+            leftover = true;
+        }
+        let existing = existing.filter(|_| !leftover);
         // A unique-key or partition table holds what its refreshes upserted (keys, partitions its
         // query may no longer return): served from another table than the environment's, its
         // rows change though its columns' data is kept, and a `full` child built over the old

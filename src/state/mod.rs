@@ -312,6 +312,17 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// The read fails.
     fn snapshot_index(&self) -> Result<SnapshotIndex, StateError>;
 
+    /// True when an environment once served `(name, fp)` and stopped (a promotion moved its
+    /// pointer away, or the environment was dropped: the janitor's `released` record). A version
+    /// no environment serves and none ever released was never served: recorded by an apply that
+    /// promoted nothing (refused, or stopped by a kill), as the plan tells a forward-only
+    /// version's leftover from a return to a version served before. A store upgraded from a
+    /// layout without the record counts every version unserved then as released.
+    ///
+    /// # Errors
+    /// The read fails.
+    fn was_released(&self, name: &str, fp: &str) -> Result<bool, StateError>;
+
     /// Records a snapshot; an existing `(name, fingerprint)` keeps its first payload.
     ///
     /// # Errors

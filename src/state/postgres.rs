@@ -617,6 +617,13 @@ impl StateStore for PostgresStore {
         self.run(|| "list snapshots".to_string(), || self.read(|c| Ok(pairs(&c.query("SELECT name, fingerprint FROM snapshots", &[])?)?.into_iter().collect())))
     }
 
+    fn was_released(&self, name: &str, fp: &str) -> Result<bool, StateError> {
+        self.run(
+            || format!("read whether `{name}` `{fp}` was ever served"),
+            || self.read(|c| Ok(c.query_opt("SELECT 1 FROM released WHERE name = $1 AND fingerprint = $2", &[&name, &fp])?.is_some())),
+        )
+    }
+
     fn snapshot_index(&self) -> Result<super::SnapshotIndex, StateError> {
         self.run(
             || "list snapshots".to_string(),

@@ -1086,6 +1086,13 @@ impl StateStore for SqliteStore {
         )
     }
 
+    fn was_released(&self, name: &str, fp: &str) -> Result<bool, StateError> {
+        self.run(
+            || format!("read whether `{name}` `{fp}` was ever served"),
+            || Ok(self.conn.prepare_cached("SELECT 1 FROM released WHERE name = ?1 AND fingerprint = ?2")?.exists(params![name, fp])?),
+        )
+    }
+
     /// Every snapshot's physical relation and kind tag, keyed by `(name, fingerprint)`, in one
     /// query. A version that inherited another's storage (indirect reuse, forward-only) records
     /// that storage here.

@@ -360,6 +360,50 @@ fn a_forward_only_return_to_the_tables_own_version_recomputes_the_days_the_other
     assert_eq!(days(&p), "01=100,02=140,03=20", "the days the other query wrote, computed again");
     assert_eq!(p.plan("prod")["hasChanges"], false);
     p.run(&["status", "prod", "--check"]).expect_code(0);
+    // And back to the other version, stored in this table and served before: its ledger is its
+    // own, never the table's: the days the other query rewrote since (its lookback reached the
+    // 1st) are not done for it.
+    p.write("models/m.lua", &models("", "", "", ""));
+    let planned = p.run(&["plan", "prod", "--json", "--forward-only", "t.daily"]).expect_code(0).json();
+    assert!(action(&planned, "t.daily")["reusedFrom"].is_null(), "a version served before keeps its own ledger: {planned:#}");
+    p.run(&["apply", "prod", "--yes", "--forward-only", "t.daily"]).expect_code(0);
+    assert_eq!(days(&p), "01=50,02=70,03=10", "the days the other query wrote, computed again with this one");
+    assert_eq!(p.plan("prod")["hasChanges"], false);
+    p.run(&["status", "prod", "--check"]).expect_code(0);
+}
+
+/// A second refused attempt of the same forward-only change: the first one recorded the new
+/// version on the kept table, and no environment serves it or ever did. It inherits the table as
+/// on the first attempt (the kept version's done intervals, its lookback over them), so what it
+/// writes there is taken back too: `prod` never serves the refused query's rows, for the days
+/// its ledger holds or any other (as a recorded version it computed its whole history with the
+/// new query into the table `prod` serves, none of it taken back).
+#[test]
+fn a_forward_only_apply_refused_twice_takes_back_what_each_attempt_wrote() {
+    let mut p = landed();
+    p.write("models/m.lua", &models("", "", "", KEYED));
+    p.apply("prod");
+    let old = served(&p);
+    p.write("models/m.lua", &models(" * 2", ", lookback = 1", "", KEYED));
+    p.now = "2026-01-04T00:00:00Z".into();
+    for attempt in 1..=2 {
+        let planned = p.run(&["plan", "prod", "--json", "--forward-only", "t.daily"]).expect_code(0).json();
+        let daily = action(&planned, "t.daily");
+        assert!(daily["reusedFrom"].is_string(), "attempt {attempt} inherits the kept table: {planned:#}");
+        let refused = p.run(&["apply", "prod", "--yes", "--forward-only", "t.daily"]);
+        refused.expect_code(1);
+        assert!(refused.stderr.contains("a.top") && refused.stderr.contains("were taken back"), "attempt {attempt}: {}", refused.stderr);
+        assert_eq!(served(&p), old, "nothing was promoted");
+        // Every day `prod` serves is one its ledger holds, with `prod`'s query's total.
+        let held: Vec<String> = done(&p, &old).iter().map(|d| format!("{:02}", (d - day(1)) / 86_400_000 + 1)).collect();
+        let expected: Vec<String> = held.iter().map(|d| format!("{d}={}", if d == "01" { 50 } else { 70 })).collect();
+        assert_eq!(days(&p), expected.join(","), "attempt {attempt}: prod serves what its ledger holds, nothing of the refused query");
+    }
+    // The project `prod` serves: its next apply computes what the ledger lacks with its query.
+    p.write("models/m.lua", &models("", "", "", KEYED));
+    p.apply("prod");
+    assert_eq!(days(&p), "01=50,02=70,03=10");
+    p.run(&["status", "prod", "--check"]).expect_code(0);
 }
 
 /// Under `--retries`, an attempt whose promotion failed transiently is taken back, and the next
