@@ -58,8 +58,9 @@ pub(super) type Cleared = BTreeMap<ModelName, BTreeMap<String, BTreeSet<Interval
 pub(super) struct Kept {
     /// The table refreshed in place (qualified, quoted).
     physical: String,
-    /// The copy: this connection's temporary table of that name ([`crate::engine::kept_copy_name`]).
-    copy: String,
+    /// The copy: this connection's temporary table of that name ([`crate::engine::kept_copy_name`]);
+    /// `None` when the engine lacked the table (lost: this apply rebuilt it), put back empty.
+    copy: Option<String>,
     /// The table's columns when copied, in order: put back by name.
     columns: Vec<String>,
     /// The version this apply refreshed the table for.
@@ -201,7 +202,7 @@ pub(super) fn take_back(project: &Project, state: &dyn StateStore, engine: &mut 
 /// the table the version `env` serves shares (the unchanged version `prod` serves, below a
 /// forward-only parent), and those not `restored` (their table's copy was not put back: its
 /// refresh did not write in place into a table the engine held, or the copy failed to go back)
-/// keep what it wrote. That served version is recorded as a pending refresh, so `status` lists
+/// keep what it wrote, or (a lost table rebuilt, emptied by [`put_back`]) hold nothing. That served version is recorded as a pending refresh, so `status` lists
 /// it and the next apply or run of `env` refreshes it ([`crate::plan::mark_pending_rebuilds`]),
 /// as a `full` model below is found stale. Only `env`'s own: a version another environment
 /// serves from that table is refreshed by its writer, and the refused version is served by
@@ -269,9 +270,11 @@ pub(super) fn at_risk(project: &Project, state: &dyn StateStore, work: &[&Action
 /// True when the unique-key, partition or SCD type 2 refresh of `action` (`model`) writes in
 /// place into a table the engine held before this apply (`catalog`: the table of the version an
 /// environment serves, or of one stored with it) below a model of `at_risk` ([`at_risk`]), whose
-/// rows it may read before they are taken back. Not a table the apply builds (a new version's,
-/// a lost one's rebuild, an SCD history carried over: no environment serves what it holds), nor
-/// a lake or DuckLake table (the kinds are the engine's tables only).
+/// rows it may read before they are taken back; or the table of such a version the engine lacked
+/// (lost: dropped by hand, an older copy of the database), which the apply rebuilds from those
+/// rows: a version recorded as refreshed, which an environment serves or may point at later. Not
+/// a table the apply builds for a new version (an SCD history carried over too: no environment
+/// serves what it holds), nor a lake or DuckLake table (the kinds are the engine's tables only).
 fn refreshes_kept_table(
     project: &Project,
     at_risk: &BTreeSet<ModelName>,
@@ -283,10 +286,14 @@ fn refreshes_kept_table(
     !at_risk.is_empty()
         && model.kind.is_refreshed()
         && model.target == Target::Table
-        && !action.build
+        && (rebuilds_lost(action) || (!action.build && !batch::table_absent(physical, catalog)))
         && !physical.is_empty()
-        && !batch::table_absent(physical, catalog)
         && project.dag.ancestors(&action.name).iter().any(|m| at_risk.contains(&m.name))
+}
+
+/// True when `action` rebuilds its recorded version's table, which the engine lacks.
+fn rebuilds_lost(action: &Action) -> bool {
+    action.repair.as_ref().is_some_and(|r| r.physical_missing)
 }
 
 /// Just before the unique-key, partition or SCD type 2 refresh of `action` (`model`) writes into
@@ -310,22 +317,28 @@ pub(super) fn keep(
     if !refreshes_kept_table(project, at_risk, catalog, action, model, physical) {
         return Ok(None);
     }
+    if rebuilds_lost(action) {
+        // Nothing to copy: it held nothing before this apply, and holds nothing if put back.
+        tracing::debug!(model = %model.name, table = physical, "lost table rebuilt below what may be taken back: emptied if nothing is promoted");
+        return Ok(Some(Kept { physical: physical.to_string(), copy: None, columns: Vec::new(), fingerprint: action.fingerprint.as_str().to_string() }));
+    }
     let columns: Vec<String> =
         engine.describe(&format!("SELECT * FROM {physical}")).map_err(|e| ApplyError::build(model, None, e))?.into_iter().map(|c| c.name).collect();
     let copy = crate::engine::kept_copy_name(physical);
     engine.transaction(&engine.sql().copy_to_temp(&copy, physical)).map_err(|e| ApplyError::build(model, None, e))?;
     tracing::debug!(model = %model.name, table = physical, copy = %copy, "table copied before its refresh in place: put back if nothing is promoted");
-    Ok(Some(Kept { physical: physical.to_string(), copy, columns, fingerprint: action.fingerprint.as_str().to_string() }))
+    Ok(Some(Kept { physical: physical.to_string(), copy: Some(copy), columns, fingerprint: action.fingerprint.as_str().to_string() }))
 }
 
 /// After [`take_back`]: each table [`keep`] copied before this apply refreshed it in place below
 /// a model of `refused` (its writes taken back, or meant to be: [`TakenBack::refused`]) gets the
 /// copy's rows back in place of its own ([`put_back_one`]): it holds what it held before the
 /// apply, which no later refresh would give back (an upsert never deletes a key its query no
-/// longer returns, a reconciliation never reopens what it closed). Nothing when this process no
-/// longer holds its environment's lock (another may be writing those tables). Returns the
-/// models put back; the others keep their copy for [`drop_kept`] and are left to
-/// [`refresh_again`]. A failure is a warning naming the model: the apply's own error is the
+/// longer returns, a reconciliation never reopens what it closed); a lost table the apply
+/// rebuilt is emptied (it held nothing). Nothing when this process no longer holds its
+/// environment's lock (another may be writing those tables). Returns the models put back as
+/// they were; the others (an emptied table among them) are left to [`refresh_again`], those
+/// not put back keeping their copy for [`drop_kept`]. A failure is a warning naming the model: the apply's own error is the
 /// one reported.
 pub(super) fn put_back(
     project: &Project,
@@ -346,6 +359,11 @@ pub(super) fn put_back(
     for name in below {
         let (Some(k), Some(model)) = (kept.get(&name), project.dag.get(&name)) else { continue };
         match put_back_one(state, engine, model, k) {
+            Ok(()) if k.copy.is_none() => {
+                // Left to `refresh_again`: a pending refresh fills it (it held nothing before).
+                tracing::warn!(model = %name, "nothing was promoted: its lost table, rebuilt from rows that were then taken back, was emptied; its next refresh fills it");
+                kept.remove(&name);
+            }
             Ok(()) => {
                 tracing::warn!(model = %name, "nothing was promoted: its table, refreshed in place from rows that were then taken back, holds what it held before the apply again");
                 kept.remove(&name);
@@ -379,7 +397,12 @@ pub(super) fn put_back(
 fn put_back_one(state: &dyn StateStore, engine: &mut dyn Engine, model: &Model, k: &Kept) -> Result<(), ApplyError> {
     let name = model.name.to_string();
     let write = state.begin_data_write(&name, &k.fingerprint, interval::now_millis())?;
-    engine.transaction(&engine.sql().restore_from_temp(&k.physical, &k.copy, &k.columns)).map_err(|e| ApplyError::build(model, None, e))?;
+    let statements = match &k.copy {
+        Some(copy) => engine.sql().restore_from_temp(&k.physical, copy, &k.columns),
+        // Lost before the apply, rebuilt by it: emptied (the views selecting from it keep it).
+        None => vec![format!("DELETE FROM {}", k.physical)],
+    };
+    engine.transaction(&statements).map_err(|e| ApplyError::build(model, None, e))?;
     state.end_data_write(&write, true, interval::now_millis())?;
     let ledger = state.done_ledger(&name, &k.fingerprint)?;
     if let (Some(first), Some(last)) = (ledger.keys().next(), ledger.keys().next_back()) {
@@ -393,9 +416,10 @@ fn put_back_one(state: &dyn StateStore, engine: &mut dyn Engine, model: &Model, 
 /// each a temporary table of this connection, which goes with it anyway.
 pub(super) fn drop_kept(engine: &mut dyn Engine, kept: &mut Keeps) {
     for (name, k) in std::mem::take(kept) {
+        let Some(copy) = k.copy else { continue };
         let dialect = engine.sql();
-        if let Err(e) = engine.execute(&dialect.drop_table_if_exists(&dialect.temp_relation(&k.copy))) {
-            tracing::debug!(model = %name, copy = %k.copy, "the copy of its table stays until the connection closes: {e}");
+        if let Err(e) = engine.execute(&dialect.drop_table_if_exists(&dialect.temp_relation(&copy))) {
+            tracing::debug!(model = %name, copy = %copy, "the copy of its table stays until the connection closes: {e}");
         }
     }
 }

@@ -293,6 +293,37 @@ fn keyed_tables_refreshed_in_place_by_a_refused_forward_only_apply_hold_what_the
 
 crate::on_every_engine!(keyed_tables_refreshed_in_place_by_a_refused_forward_only_apply_hold_what_they_held_before);
 
+/// The same, with both keyed tables lost (dropped by hand) before the refused apply, which
+/// rebuilds them from the rows it then takes back: they are emptied (they held nothing before),
+/// left pending, and filled by the next apply of the project `prod` serves — never the key `20`
+/// nor the version `140` only the refused query gave (kept for good before: a repair was never
+/// put back, and its pending refresh upserts and reconciles on top of them).
+#[test]
+fn lost_keyed_tables_rebuilt_by_a_refused_forward_only_apply_keep_nothing_of_the_refused_rows() {
+    let mut p = landed();
+    p.write("models/m.lua", &models("", "", "", BELOW));
+    let applied = p.apply("prod");
+    assert_eq!(served_below(&p), ["1=50,2=70", "50,70", "120:3-"]);
+    for model in ["k.vals", "s.hist"] {
+        let physical = action(&applied, model)["physical"].as_str().expect("physical").to_string();
+        p.execute_on_engine(&format!("DROP TABLE {physical}"));
+    }
+    p.write("models/m.lua", &models(" * 2", "", "", BELOW));
+    p.now = "2026-01-04T00:00:00Z".into();
+    let refused = p.run(&["apply", "prod", "--yes", "--forward-only", "t.daily"]);
+    refused.expect_code(1);
+    assert!(refused.stderr.contains("a.chk") && refused.stderr.contains("nothing was promoted"), "{}", refused.stderr);
+    assert!(refused.stderr.contains("was emptied"), "the warning says so: {}", refused.stderr);
+    assert_eq!(served_below(&p), ["1=50,2=70", "", ""], "nothing of the refused rows");
+    let left = pending(&p);
+    assert!(left.contains(&"k.vals".to_string()) && left.contains(&"s.hist".to_string()), "both left to refresh: {left:?}");
+    p.write("models/m.lua", &models("", "", "", BELOW));
+    p.apply("prod");
+    assert_eq!(served_below(&p), ["1=50,2=70,3=10", "10,50,70", "130:4-"], "no key nor version only the refused query gave");
+    let status = p.run(&["status", "prod", "--check", "--json"]).expect_code(0).json();
+    assert_eq!(status["pendingRebuilds"], serde_json::json!([]), "{status:#}");
+}
+
 #[test]
 fn a_forward_only_apply_refused_before_rewriting_the_days_its_lookback_covers_leaves_them_done_for_the_version_prod_serves() {
     // The forward-only version's lookback (2, prod's version has none) rewrites the 1st and 2nd
