@@ -167,6 +167,8 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     // created (anew, or again after the janitor dropped it), neither absent nor dropped (the
     // promotion's intent is read first: it is recorded before the views move and dropped with
     // the pointers' record).
+    // Every snapshot's storage, read once on first use by the sections below that need it.
+    let mut snapshots = LazyIndex { state: &*state, index: None };
     let creating = pointers.is_empty() && (state.pending_promotions()?.iter().any(|p| p.env == env) || !state.env_pointers(env)?.is_empty());
     let absent: Option<Option<String>> = if pointers.is_empty() && journal.is_empty() && !creating {
         let known = state.environments()?;
@@ -300,7 +302,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     let keyed_served = pointers.keys().any(|n| ModelName::parse(n).ok().and_then(|m| served.dag.get(&m)).is_some_and(|m| m.kind.is_refreshed()));
     if env != crate::core::name::PROD && (keyed_served || lags.iter().any(|l| l.behind > 0 || l.gaps > 0)) {
         let others = crate::plan::generations::other_envs(&*state, env, project.config.environments.ttl, now)?;
-        let index = state.snapshot_index()?;
+        let index = snapshots.get()?;
         // Every other environment's pointers, expired ones too, read once for every model
         // looked up below ([`crate::plan::generations::taken_over_by`]).
         let everyone = crate::plan::generations::every_other(&*state, env)?;
@@ -313,14 +315,14 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             // version writes there now, and this environment's view shows what it computes. The
             // intervals this version lacks are that environment's to compute, and this one's
             // `run` is refused while it would compute them (a problem, below).
-            if let Some((taker, taker_fp)) = crate::plan::generations::taken_over_by(&*state, &index, &everyone, &l.model, fp, physical)? {
+            if let Some((taker, taker_fp)) = crate::plan::generations::taken_over_by(&*state, index, &everyone, &l.model, fp, physical)? {
                 let Some(t) = served.dag.get(&name).and_then(|m| m.kind.time_range()) else { continue };
                 l.taken_over = Some(TakenOver { env: taker.clone(), fingerprint: taker_fp.clone(), missing: l.behind + l.gaps });
                 l.left_to = Some(taker);
                 table_lag(&*state, &served.dag, &name, t, l, fp, &taker_fp, now)?;
                 continue;
             }
-            let Some((writer, writer_fp, writer_pointers)) = crate::plan::generations::writer_elsewhere(&*state, &index, &others, env, &l.model, fp, physical)?
+            let Some((writer, writer_fp, writer_pointers)) = crate::plan::generations::writer_elsewhere(&*state, index, &others, env, &l.model, fp, physical)?
             else {
                 // `prod` serving this very version under other settings than the ones this
                 // environment serves writes it (`plan::prod_writes_it`): its intervals are
@@ -341,15 +343,15 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             if canonical(fp)? != canonical(writer_fp)? {
                 continue;
             }
-            l.left_to = crate::plan::generations::reads_other_parents(&project, &name, &served_here, writer_pointers, &index).then(|| writer.to_string());
+            l.left_to = crate::plan::generations::reads_other_parents(&project, &name, &served_here, writer_pointers, index).then(|| writer.to_string());
             table_lag(&*state, &served.dag, &name, t, l, fp, writer_fp, now)?;
         }
         for (name, fp) in &pointers {
             let Ok(model) = ModelName::parse(name) else { continue };
             let Some(kind) = served.dag.get(&model).filter(|m| m.kind.is_refreshed()).map(|m| m.kind.tag()) else { continue };
             let Some((physical, _)) = index.get(&(name.clone(), fp.clone())) else { continue };
-            if let Some((writer, writer_fp, writer_pointers)) = crate::plan::generations::writer_elsewhere(&*state, &index, &others, env, name, fp, physical)?
-                && crate::plan::generations::reads_other_parents(&project, &model, &served_here, writer_pointers, &index)
+            if let Some((writer, writer_fp, writer_pointers)) = crate::plan::generations::writer_elsewhere(&*state, index, &others, env, name, fp, physical)?
+                && crate::plan::generations::reads_other_parents(&project, &model, &served_here, writer_pointers, index)
             {
                 let rows_up_to = crate::state::refreshed_until(&*state, name, writer_fp)?;
                 left_keyed.insert(name.clone(), rows_up_to);
@@ -366,12 +368,12 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
         let full: Vec<(&String, &String)> =
             pointers.iter().filter(|(n, _)| ModelName::parse(n).ok().and_then(|m| served.dag.get(&m)).is_some_and(|m| matches!(m.kind, Kind::Full))).collect();
         if !full.is_empty() {
-            let index = state.snapshot_index()?;
+            let index = snapshots.get()?;
             let mut prod_serves = None;
             for (name, fp) in full {
                 let Some((physical, _)) = index.get(&(name.clone(), fp.clone())) else { continue };
                 let ours = || served_metadata.get(name).cloned().unwrap_or_default();
-                if crate::plan::prod_rebuilds_under(&*state, &index, &mut prod_serves, env, (name, fp, physical), ours)? {
+                if crate::plan::prod_rebuilds_under(&*state, index, &mut prod_serves, env, (name, fp, physical), ours)? {
                     left_full.insert(name.clone());
                 }
             }
@@ -523,10 +525,11 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
         .collect();
     if !shared.is_empty() && env != crate::core::name::PROD {
         let others = crate::apply::others_served(&*state, env)?;
-        let index = if others.is_empty() { Default::default() } else { state.snapshot_index()? };
+        let none = crate::state::SnapshotIndex::default();
+        let index = if others.is_empty() { &none } else { snapshots.get()? };
         for (m, fp) in shared {
             let Some((physical, _)) = index.get(&(m.name.to_string(), fp.clone())) else { continue };
-            let sharing = crate::apply::sharing_under_other_audits(m, physical, &index, &others);
+            let sharing = crate::apply::sharing_under_other_audits(m, physical, index, &others);
             if !sharing.is_empty() && crate::apply::WholePass::current(&*state, m, fp)?.is_some_and(|p| !p.checked) {
                 unaudited.push((m.name.to_string(), sharing.into_iter().cloned().collect()));
             }
@@ -850,6 +853,23 @@ impl EngineCheck {
     }
 }
 
+/// The state store's snapshot index, read on the first [`LazyIndex::get`] and kept for the
+/// command: `status` reads it in several sections, each only in some cases.
+struct LazyIndex<'s> {
+    state: &'s dyn crate::state::StateStore,
+    index: Option<crate::state::SnapshotIndex>,
+}
+
+impl LazyIndex<'_> {
+    /// The index, read from the state store the first time.
+    fn get(&mut self) -> Result<&crate::state::SnapshotIndex, crate::state::StateError> {
+        if self.index.is_none() {
+            self.index = Some(self.state.snapshot_index()?);
+        }
+        Ok(self.index.as_ref().expect("read just above"))
+    }
+}
+
 /// What the engine or its storage lacks of what `env` serves, `pointers` its pointers read before
 /// the plan: the plan's integrity check for the versions the project defines as served, and for
 /// the served versions the project defines otherwise (or no longer) their relations
@@ -887,6 +907,8 @@ fn engine_check(
         })
         .collect();
     if !moved.is_empty() {
+        // Its own read, not the command's: `steady_engine_check` calls this again when a
+        // promotion moved the views meanwhile, whose snapshots it must see.
         let index = state.snapshot_index()?;
         // The served versions with storage (embedded and external models have no storage and
         // no view): model, fingerprint, physical relation, kind tag, removed from the project.
