@@ -27,11 +27,13 @@
 //! apply in a table environments serve (its version inherits the table of the version `prod`
 //! serves): upserted, replaced or reconciled from rows [`take_back`] then deletes. A later
 //! refresh never undoes that (an upsert never deletes a key its query no longer returns, a
-//! reconciliation never rewrites the history it closed), so [`keep`] copies such a table into a
-//! temporary table of the apply's connection just before the refresh writes it, and when the
-//! apply fails, [`put_back`] puts the copy back in place of the refreshed rows: the table holds
-//! what it held before the apply. What cannot be put back is left to [`refresh_again`], which
-//! records a pending refresh.
+//! reconciliation never rewrites the history it closed), so [`keep`] marks such a table among
+//! the environment's intents and copies it into a table of the database just before the refresh
+//! writes it, and when the apply fails, [`put_back`] puts the copy back in place of the
+//! refreshed rows: the table holds what it held before the apply. An apply killed before its
+//! promotion or its put-back leaves the mark and the copy: the next apply or run of its
+//! environment puts it back first ([`recover_kept`]). What cannot be put back is left to
+//! [`refresh_again`], which records a pending refresh.
 
 use super::{ApplyError, batch, lake};
 use crate::core::interval::{self, Interval};
@@ -39,7 +41,7 @@ use crate::core::{Model, ModelName, Target};
 use crate::engine::Engine;
 use crate::plan::{Action, Change};
 use crate::project::Project;
-use crate::state::{IntervalStatus, SnapshotIndex, StateError, StateStore};
+use crate::state::{IntervalStatus, KeptCopy, SnapshotIndex, StateError, StateStore};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Per model, the grain intervals whose batches this apply committed into the table it inherits
@@ -58,8 +60,8 @@ pub(super) type Cleared = BTreeMap<ModelName, BTreeMap<String, BTreeSet<Interval
 pub(super) struct Kept {
     /// The table refreshed in place (qualified, quoted).
     physical: String,
-    /// The copy: this connection's temporary table of that name ([`crate::engine::kept_copy_name`]);
-    /// `None` when the engine lacked the table (lost: this apply rebuilt it), put back empty.
+    /// The copy, qualified ([`crate::engine::kept_copy_relation`]); `None` when the engine lacked
+    /// the table (lost: this apply rebuilt it), put back empty.
     copy: Option<String>,
     /// The table's columns when copied, in order: put back by name.
     columns: Vec<String>,
@@ -298,16 +300,19 @@ fn rebuilds_lost(action: &Action) -> bool {
 
 /// Just before the unique-key, partition or SCD type 2 refresh of `action` (`model`) writes into
 /// `physical`, when it writes there in place below a model whose writes the apply takes back if
-/// it fails ([`refreshes_kept_table`]): copies the table into a temporary table of this
-/// connection ([`crate::engine::kept_copy_name`], [`crate::engine::dialect::Dialect::copy_to_temp`],
-/// replacing one an earlier attempt left), for [`put_back`]. `None` (nothing copied) otherwise.
-/// The refreshes of those kinds run on the apply's own connection, as [`put_back`] does.
+/// it fails ([`refreshes_kept_table`]): records the mark of the copy among `env`'s intents
+/// ([`StateStore::record_kept_copy`]), then copies the table into a table of the database
+/// ([`crate::engine::kept_copy_relation`], [`crate::engine::dialect::Dialect::copy_table`],
+/// replacing one an earlier attempt left), for [`put_back`] — or, killed before that, for the
+/// next apply or run of `env` ([`recover_kept`]). A lost table the apply rebuilds is marked
+/// alone (nothing to copy). `None` (nothing copied) otherwise.
 ///
 /// # Errors
-/// [`ApplyError::Build`] naming the model when the table cannot be described or copied: nothing
-/// of the refresh is written then.
+/// The state store's write; [`ApplyError::Build`] naming the model when the table cannot be
+/// described or copied: nothing of the refresh is written then.
 pub(super) fn keep(
     project: &Project,
+    (state, env): (&dyn StateStore, &str),
     at_risk: &BTreeSet<ModelName>,
     catalog: &crate::engine::Catalog,
     (action, model): (&Action, &Model),
@@ -317,17 +322,67 @@ pub(super) fn keep(
     if !refreshes_kept_table(project, at_risk, catalog, action, model, physical) {
         return Ok(None);
     }
-    if rebuilds_lost(action) {
+    let fingerprint = action.fingerprint.as_str().to_string();
+    let lost = rebuilds_lost(action);
+    let mark = KeptCopy { name: model.name.to_string(), fingerprint: fingerprint.clone(), physical: physical.to_string(), lost };
+    // The mark first: a process killed once it is recorded leaves a copy to put back, or none
+    // yet (then the table was not written either).
+    state.record_kept_copy(env, &mark, interval::now_millis())?;
+    if lost {
         // Nothing to copy: it held nothing before this apply, and holds nothing if put back.
         tracing::debug!(model = %model.name, table = physical, "lost table rebuilt below what may be taken back: emptied if nothing is promoted");
-        return Ok(Some(Kept { physical: physical.to_string(), copy: None, columns: Vec::new(), fingerprint: action.fingerprint.as_str().to_string() }));
+        return Ok(Some(Kept { physical: physical.to_string(), copy: None, columns: Vec::new(), fingerprint }));
     }
     let columns: Vec<String> =
         engine.describe(&format!("SELECT * FROM {physical}")).map_err(|e| ApplyError::build(model, None, e))?.into_iter().map(|c| c.name).collect();
-    let copy = crate::engine::kept_copy_name(physical);
-    engine.transaction(&engine.sql().copy_to_temp(&copy, physical)).map_err(|e| ApplyError::build(model, None, e))?;
+    let copy = crate::engine::kept_copy_relation(physical);
+    engine.transaction(&engine.sql().copy_table(&copy, physical)).map_err(|e| ApplyError::build(model, None, e))?;
     tracing::debug!(model = %model.name, table = physical, copy = %copy, "table copied before its refresh in place: put back if nothing is promoted");
-    Ok(Some(Kept { physical: physical.to_string(), copy: Some(copy), columns, fingerprint: action.fingerprint.as_str().to_string() }))
+    Ok(Some(Kept { physical: physical.to_string(), copy: Some(copy), columns, fingerprint }))
+}
+
+/// Before an apply or run of `env` records its intents: the tables an earlier apply of `env`
+/// marked as refreshed in place below a version whose writes it would take back
+/// ([`keep`]), and left marked — stopped (killed) before its promotion or its put-back — are put
+/// back as they were before that apply: from the copy it left, or, for a lost table it rebuilt,
+/// emptied and recorded as a pending refresh (what that apply wrote of the version above stays
+/// in its table, not done in the ledgers of the versions an environment serves: the next run or
+/// apply recomputes it, invariant 65). A mark whose copy the engine does not hold (killed before
+/// the copy, or after the put-back committed) leaves the table as it is. The marks go with the
+/// intents this command records next.
+///
+/// # Errors
+/// The state store's reads and writes; the engine's (the catalog read, the put-back,
+/// [`ApplyError::Build`] naming the model): the marks stay for the next command.
+pub(super) fn recover_kept(project: &Project, state: &dyn StateStore, engine: &mut dyn Engine, env: &str) -> Result<(), ApplyError> {
+    let marks = state.kept_copies(env)?;
+    if marks.is_empty() {
+        return Ok(());
+    }
+    let catalog = engine.catalog()?;
+    let held = |relation: &str| !batch::table_absent(relation, &catalog);
+    let mut pending: Vec<(String, String, String)> = Vec::new();
+    for mark in marks {
+        let copy = crate::engine::kept_copy_relation(&mark.physical);
+        let present = if mark.lost { held(&mark.physical) } else { held(&copy) };
+        if !present {
+            continue;
+        }
+        let columns = if mark.lost { Vec::new() } else { engine.describe(&format!("SELECT * FROM {copy}"))?.into_iter().map(|c| c.name).collect() };
+        let kept = Kept { physical: mark.physical.clone(), copy: (!mark.lost).then_some(copy), columns, fingerprint: mark.fingerprint.clone() };
+        let model = ModelName::parse(&mark.name).ok().and_then(|n| project.dag.get(&n));
+        put_back_one(state, engine, (&mark.name, model), &kept)?;
+        if mark.lost {
+            tracing::warn!(model = %mark.name, "an apply of `{env}` stopped before it promoted or took back what it wrote: the lost table it rebuilt from rows it would have taken back was emptied; its next refresh fills it");
+            pending.push((mark.name, mark.fingerprint, "its lost table, rebuilt by an apply stopped before it promoted, was emptied".to_string()));
+        } else {
+            tracing::warn!(model = %mark.name, "an apply of `{env}` stopped before it promoted or took back what it wrote: its table, refreshed in place from rows it would have taken back, holds what it held before that apply again");
+        }
+    }
+    if !pending.is_empty() {
+        state.record_pending_rebuilds(&pending, interval::now_millis())?;
+    }
+    Ok(())
 }
 
 /// After [`take_back`]: each table [`keep`] copied before this apply refreshed it in place below
@@ -358,7 +413,7 @@ pub(super) fn put_back(
     }
     for name in below {
         let (Some(k), Some(model)) = (kept.get(&name), project.dag.get(&name)) else { continue };
-        match put_back_one(state, engine, model, k) {
+        match put_back_one(state, engine, (&name.to_string(), Some(model)), k) {
             Ok(()) if k.copy.is_none() => {
                 // Left to `refresh_again`: a pending refresh fills it (it held nothing before).
                 tracing::warn!(model = %name, "nothing was promoted: its lost table, rebuilt from rows that were then taken back, was emptied; its next refresh fills it");
@@ -394,32 +449,34 @@ pub(super) fn put_back(
 /// # Errors
 /// The state store's writes; the engine's ([`ApplyError::Build`] naming the model: the
 /// transaction rolled back, the refreshed rows and the copy as they were).
-fn put_back_one(state: &dyn StateStore, engine: &mut dyn Engine, model: &Model, k: &Kept) -> Result<(), ApplyError> {
-    let name = model.name.to_string();
-    let write = state.begin_data_write(&name, &k.fingerprint, interval::now_millis())?;
+fn put_back_one(state: &dyn StateStore, engine: &mut dyn Engine, (name, model): (&str, Option<&Model>), k: &Kept) -> Result<(), ApplyError> {
+    let write = state.begin_data_write(name, &k.fingerprint, interval::now_millis())?;
     let statements = match &k.copy {
-        Some(copy) => engine.sql().restore_from_temp(&k.physical, copy, &k.columns),
+        Some(copy) => engine.sql().restore_from_copy(&k.physical, copy, &k.columns),
         // Lost before the apply, rebuilt by it: emptied (the views selecting from it keep it).
         None => vec![format!("DELETE FROM {}", k.physical)],
     };
-    engine.transaction(&statements).map_err(|e| ApplyError::build(model, None, e))?;
+    engine.transaction(&statements).map_err(|e| match model {
+        Some(model) => ApplyError::build(model, None, e),
+        None => ApplyError::Engine(e),
+    })?;
     state.end_data_write(&write, true, interval::now_millis())?;
-    let ledger = state.done_ledger(&name, &k.fingerprint)?;
+    let ledger = state.done_ledger(name, &k.fingerprint)?;
     if let (Some(first), Some(last)) = (ledger.keys().next(), ledger.keys().next_back()) {
-        state.clear_intervals(&name, &k.fingerprint, *first, *last + 1)?;
+        state.clear_intervals(name, &k.fingerprint, *first, *last + 1)?;
     }
     Ok(())
 }
 
 /// Drops every copy [`keep`] took that [`put_back`] did not put back (the apply promoted, or
-/// the refresh was not below what was taken back, or the copy could not go back): best effort,
-/// each a temporary table of this connection, which goes with it anyway.
+/// the refresh was not below what was taken back, or the copy could not go back): best effort
+/// (a copy left is replaced by the next apply copying that table).
 pub(super) fn drop_kept(engine: &mut dyn Engine, kept: &mut Keeps) {
     for (name, k) in std::mem::take(kept) {
         let Some(copy) = k.copy else { continue };
         let dialect = engine.sql();
-        if let Err(e) = engine.execute(&dialect.drop_table_if_exists(&dialect.temp_relation(&copy))) {
-            tracing::debug!(model = %name, copy = %copy, "the copy of its table stays until the connection closes: {e}");
+        if let Err(e) = engine.execute(&dialect.drop_table_if_exists(&copy)) {
+            tracing::warn!(model = %name, copy = %copy, "the copy of its table taken by this apply stays (the next apply copying that table replaces it): {e}");
         }
     }
 }

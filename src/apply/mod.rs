@@ -450,10 +450,10 @@ pub enum ApplyError {
         /// What failed.
         failure: audit::AuditError,
     },
-    /// In `run`: blocking audits of a version this environment serves from a table another
-    /// environment also serves and writes under other audits (its runs never ran these) found
-    /// violating rows in it ([`shared_table_audits`]), before the run refreshed anything (no
-    /// model computes from those rows). The rows are served; the run fails so the breach is
+    /// In `run` or `apply`: blocking audits of a version this environment serves from a table
+    /// another environment also serves and writes under other audits (its runs never ran these)
+    /// found violating rows in it ([`shared_table_audits`]), before anything was built or
+    /// refreshed (no model computes from those rows). The rows are served; the run fails so the breach is
     /// seen (SPEC §4 invariant 17).
     #[error("{failure}\n  (`{model}`'s table is shared with {}, which write{} it under other audits: this environment serves the rows its audits refuse — fix the data (`efmesh restate` where it is written) or the audit, then run again)", .writers.iter().map(|w| format!("`{w}`")).collect::<Vec<_>>().join(", "), if .writers.len() == 1 { "s" } else { "" })]
     SharedAudit {
@@ -631,6 +631,10 @@ pub(crate) fn execute(
     let work = crate::plan::work::decide(project, plan, state, refresh)?;
     shared_writes(project, plan, state, &work)?;
     shared_bounds(project, plan, state)?;
+    // A table an earlier apply of this environment refreshed in place below a version whose
+    // writes it would take back, and left marked (killed before its promotion or put-back), is
+    // put back first (SPEC §4 invariant 65); its mark goes with the intents recorded next.
+    inherited::recover_kept(project, state, engine, &plan.env)?;
     // Before any engine write, one state transaction records every version this apply or run
     // reads or writes, so the janitor never claims them, and refuses when the janitor claimed
     // one since the plan was made (SPEC §4, the janitor's claim protocol).
@@ -1217,11 +1221,12 @@ fn execute_recorded(
                 cleared = inherited::clear_rewritten(project, state, &work)?;
                 inherited::at_risk(project, state, &work)?
             };
-            if refresh {
+            {
                 // Tables this environment shares with `prod`, which writes them under other
-                // audits: audited before anything is refreshed, so no model of this run computes
-                // from rows this environment's blocking audits refuse.
-                let (failures, writers) = shared_table_audits(project, plan, state, engine, &exec, &mut report)?;
+                // audits: audited before anything is built or refreshed, so no model of this run
+                // or apply computes from rows this environment's blocking audits refuse (an apply
+                // building a new child of such a table, too).
+                let (failures, writers) = shared_table_audits(project, plan, state, engine, &exec, &working_set, &mut report)?;
                 if let Some(first) = failures.first() {
                     return Err(ApplyError::SharedAudit { model: first.model.clone(), writers, failure: audit::AuditError::Failed(failures) });
                 }
@@ -2088,11 +2093,17 @@ pub fn others_served(state: &dyn StateStore, env: &str) -> Result<OthersServed, 
     Ok(out)
 }
 
-/// Whether `model`'s audits are ones whose passes a table's data generation can track for it
-/// ([`sharing_under_other_audits`]): a `full`, seed or time-range model with audits, stored in
-/// an engine table.
+/// Whether `model`'s audits are run over a table it shares with `prod` under other audits
+/// ([`sharing_under_other_audits`], [`shared_table_audits`]): a `full`, seed or time-range model
+/// with audits, stored in an engine table (whose data generation can track a pass of them,
+/// [`WholePass`]) or a DuckLake table (written audit-first as an engine table is, but with no
+/// pass recorded: its audits run at every run or apply of the environment sharing it). Not a
+/// parquet lake, whose writes are not audited before they are served.
 pub fn audits_shared_tables(model: &crate::core::Model) -> bool {
-    !model.audits.is_empty() && audit::generation_tracks(model)
+    use crate::core::{Kind, Target};
+    !model.audits.is_empty()
+        && (audit::generation_tracks(model)
+            || (model.target == Target::DuckLake && matches!(model.kind, Kind::Full | Kind::Seed(_) | Kind::IncrementalByTimeRange(_))))
 }
 
 /// `prod`, when it is in `others` and serves a version of `model` on the table `physical` under
@@ -2185,11 +2196,12 @@ impl WholePass {
     }
 }
 
-/// In `run` of an environment other than `prod`: the audits of each version `plan.env` serves
+/// In a `run` or `apply` of an environment other than `prod`: the audits of each version `plan.env` serves
 /// from a table `prod` also serves and writes under other audits ([`sharing_under_other_audits`]), over the whole table,
 /// unless they passed on its current data ([`WholePass`]); rows that environment
 /// wrote would otherwise be served here unaudited while `plan` says nothing changed. A pass is
-/// recorded as the promotion's are. Returns the failed results (added to `report`) and the
+/// recorded as the promotion's are. Not a `full` model this command rebuilds (`working_set`):
+/// its build replaces those rows, under its audits, before any child reads them. Returns the failed results (added to `report`) and the
 /// environments writing those tables.
 fn shared_table_audits(
     project: &Project,
@@ -2197,6 +2209,7 @@ fn shared_table_audits(
     state: &dyn StateStore,
     engine: &mut dyn Engine,
     exec: &ExecResolver,
+    working_set: &BTreeSet<ModelName>,
     report: &mut ApplyReport,
 ) -> Result<(Vec<audit::AuditResult>, Vec<String>), ApplyError> {
     use crate::core::Resolver;
@@ -2205,7 +2218,7 @@ fn shared_table_audits(
         .iter()
         .filter(|a| a.change != Change::Removed)
         .filter_map(|a| project.dag.get(&a.name).map(|m| (m, a)))
-        .filter(|(m, _)| audits_shared_tables(m))
+        .filter(|(m, _)| audits_shared_tables(m) && !(matches!(m.kind, Kind::Full) && working_set.contains(&m.name)))
         .collect();
     let (mut failures, mut writers) = (Vec::new(), BTreeSet::new());
     let others = if audited.is_empty() || plan.env == crate::core::name::PROD { Vec::new() } else { others_served(state, &plan.env)? };
@@ -3575,7 +3588,7 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                 fault::delay_point(&format!("build:{}", model.name));
                 // A table environments serve, refreshed in place from rows the apply takes back
                 // if it fails: copied first, put back then (SPEC §4 invariant 65).
-                if let Some(kept) = inherited::keep(project, self.at_risk, self.catalog, (action, model), &physical, engine)? {
+                if let Some(kept) = inherited::keep(project, (state, &plan.env), self.at_risk, self.catalog, (action, model), &physical, engine)? {
                     self.kept.insert(model.name.clone(), kept);
                 }
                 let write = state.begin_data_write(&snapshot.name, &snapshot.fingerprint, interval::now_millis())?;
@@ -3621,7 +3634,7 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                 }
                 // A history environments serve, reconciled in place (as an upsert's table).
                 if carry.is_none()
-                    && let Some(kept) = inherited::keep(project, self.at_risk, self.catalog, (action, model), &physical, engine)?
+                    && let Some(kept) = inherited::keep(project, (state, &plan.env), self.at_risk, self.catalog, (action, model), &physical, engine)?
                 {
                     self.kept.insert(model.name.clone(), kept);
                 }

@@ -173,25 +173,24 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
         vec![self.drop_table_if_exists(&self.temp_relation(name)), format!("CREATE TEMP TABLE {} AS {query}", quote_ident(name))]
     }
 
-    /// Copies every row of the table `relation` (qualified, quoted) into this session's temporary
-    /// table `name`, replacing one of that name ([`Dialect::replace_temp_table_as`]): the copy an
-    /// apply keeps of a table it refreshes in place, for [`Dialect::restore_from_temp`]. One
-    /// transaction.
-    fn copy_to_temp(&self, name: &str, relation: &str) -> Vec<String> {
-        self.replace_temp_table_as(name, &format!("SELECT * FROM {relation}"))
+    /// Copies every row of the table `relation` (qualified, quoted) into the table `copy`
+    /// (qualified, quoted: [`crate::engine::kept_copy_relation`]), replacing one of that name: the
+    /// copy an apply keeps of a table it refreshes in place, for [`Dialect::restore_from_copy`].
+    /// A table of the database, not of the session: a process killed before it put the copy back
+    /// leaves it for the next apply or run of its environment to put back. One transaction.
+    fn copy_table(&self, copy: &str, relation: &str) -> Vec<String> {
+        vec![self.drop_table_if_exists(copy), format!("CREATE TABLE {copy} AS SELECT * FROM {relation}")]
     }
 
-    /// Puts the rows of this session's temporary table `name` (a [`Dialect::copy_to_temp`] of
-    /// `relation`) back into the table `relation` in place of every row it holds, `columns`
-    /// (unquoted, both hold them) matched by name, then drops `name`: `DELETE FROM`, `INSERT …
-    /// SELECT`, `DROP TABLE`, to run in ONE transaction, so readers see the rows before or the
-    /// rows put back, and a failure leaves both tables as they were. The table itself stays (the
-    /// views selecting from it, on Postgres, keep it from being dropped: as
-    /// [`Dialect::replace_table_as`]).
-    fn restore_from_temp(&self, relation: &str, name: &str, columns: &[String]) -> Vec<String> {
+    /// Puts the rows of the table `copy` (a [`Dialect::copy_table`] of `relation`) back into the
+    /// table `relation` in place of every row it holds, `columns` (unquoted, both hold them)
+    /// matched by name, then drops `copy`: `DELETE FROM`, `INSERT … SELECT`, `DROP TABLE`, to run
+    /// in ONE transaction, so readers see the rows before or the rows put back, and a failure
+    /// leaves both tables as they were. The table itself stays (the views selecting from it, on
+    /// Postgres, keep it from being dropped: as [`Dialect::replace_table_as`]).
+    fn restore_from_copy(&self, relation: &str, copy: &str, columns: &[String]) -> Vec<String> {
         let columns = columns.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
-        let copy = self.temp_relation(name);
-        vec![format!("DELETE FROM {relation}"), format!("INSERT INTO {relation} ({columns}) SELECT {columns} FROM {copy}"), self.drop_table_if_exists(&copy)]
+        vec![format!("DELETE FROM {relation}"), format!("INSERT INTO {relation} ({columns}) SELECT {columns} FROM {copy}"), self.drop_table_if_exists(copy)]
     }
 
     /// Creates the schema `schema` (unquoted name) unless it exists.
@@ -403,28 +402,24 @@ mod tests {
         }
     }
 
-    /// The copy an apply keeps of a table it refreshes in place is a temporary table of the
-    /// session, replaced whole, and goes back by column name in one transaction that drops it:
-    /// the table itself is never dropped (views select from it).
+    /// The copy an apply keeps of a table it refreshes in place is a table of the database (it
+    /// outlives a killed process), replaced whole, and goes back by column name in one
+    /// transaction that drops it: the table itself is never dropped (views select from it).
     #[test]
-    fn a_kept_copy_is_a_temporary_table_put_back_by_column_name_and_dropped() {
+    fn a_kept_copy_is_a_table_put_back_by_column_name_and_dropped() {
         use crate::engine::duckdb::DuckDbDialect;
-        assert_eq!(Standard.copy_to_temp("_k", "s.t"), ["DROP TABLE IF EXISTS pg_temp.\"_k\"", "CREATE TEMP TABLE \"_k\" AS SELECT * FROM s.t"]);
-        assert_eq!(DuckDbDialect.copy_to_temp("_k", "s.t"), ["CREATE OR REPLACE TEMP TABLE \"_k\" AS SELECT * FROM s.t"]);
+        for dialect in [&Standard as &dyn Dialect, &DuckDbDialect] {
+            assert_eq!(dialect.copy_table("c.k", "s.t"), ["DROP TABLE IF EXISTS c.k", "CREATE TABLE c.k AS SELECT * FROM s.t"]);
+        }
         let columns = ["k".to_string(), "we\"ird".to_string()];
         assert_eq!(
-            Standard.restore_from_temp("s.t", "_k", &columns),
-            [
-                "DELETE FROM s.t",
-                "INSERT INTO s.t (\"k\", \"we\"\"ird\") SELECT \"k\", \"we\"\"ird\" FROM pg_temp.\"_k\"",
-                "DROP TABLE IF EXISTS pg_temp.\"_k\"",
-            ]
+            Standard.restore_from_copy("s.t", "c.k", &columns),
+            ["DELETE FROM s.t", "INSERT INTO s.t (\"k\", \"we\"\"ird\") SELECT \"k\", \"we\"\"ird\" FROM c.k", "DROP TABLE IF EXISTS c.k",]
         );
-        assert_eq!(
-            DuckDbDialect.restore_from_temp("s.t", "_k", &columns[..1]),
-            ["DELETE FROM s.t", "INSERT INTO s.t (\"k\") SELECT \"k\" FROM temp.main.\"_k\"", "DROP TABLE IF EXISTS temp.main.\"_k\""]
-        );
-        // One name per table, within Postgres's 63 bytes, the same however the name is cased.
+        // One name per table, in the schema `_efmesh`, within Postgres's 63 bytes, the same
+        // however the name is cased.
+        let relation = crate::engine::kept_copy_relation("\"_efmesh\".\"k__vals__0123\"");
+        assert!(relation.starts_with("\"_efmesh\".\"_efmesh_kept_"), "{relation}");
         let name = crate::engine::kept_copy_name("\"_efmesh\".\"k__vals__0123\"");
         assert!(name.starts_with(crate::engine::KEPT_COPY_PREFIX) && name.len() <= 63, "{name}");
         assert_eq!(name, crate::engine::kept_copy_name("\"_EFMESH\".\"K__VALS__0123\""));

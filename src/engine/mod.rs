@@ -1116,21 +1116,29 @@ pub fn use_key(physical: &str) -> String {
     blake3::hash(physical.to_lowercase().as_bytes()).to_hex()[..32].to_string()
 }
 
-/// The start of the name of a session's temporary copy of a table an apply refreshes in place
-/// and may have to put back ([`kept_copy_name`]).
+/// The start of the name of the copy of a table an apply refreshes in place and may have to
+/// put back ([`kept_copy_name`]).
 pub const KEPT_COPY_PREFIX: &str = "_efmesh_kept_";
 
-/// The name of the temporary table (this session's, [`dialect::Dialect::temp_relation`]) holding
-/// the copy of the table `physical` that an apply takes before refreshing it in place and puts
-/// back if the apply promotes nothing ([`dialect::Dialect::copy_to_temp`],
-/// [`dialect::Dialect::restore_from_temp`]): [`KEPT_COPY_PREFIX`] then [`use_key`] of `physical`
-/// (45 bytes: within every engine's identifier limit). One name per table, the same at every
-/// attempt: an attempt of a retried apply replaces the copy an earlier one left on the
-/// connection. A temporary table goes with its session, so a process killed before it put the
-/// copy back or dropped it leaves none behind for a janitor to find.
+/// The name of the table holding the copy of the table `physical` that an apply takes before
+/// refreshing it in place and puts back if the apply promotes nothing
+/// ([`dialect::Dialect::copy_table`], [`dialect::Dialect::restore_from_copy`]):
+/// [`KEPT_COPY_PREFIX`] then [`use_key`] of `physical` (45 bytes: within every engine's
+/// identifier limit; no physical relation's shape, so never a janitor's orphan). One name per
+/// table, the same at every attempt: an attempt of a retried apply, or the next apply after a
+/// killed one, replaces the copy an earlier one left.
 #[must_use]
 pub fn kept_copy_name(physical: &str) -> String {
     format!("{KEPT_COPY_PREFIX}{}", use_key(physical))
+}
+
+/// [`kept_copy_name`] of `physical`, qualified in the schema of physical relations
+/// (`"_efmesh"."_efmesh_kept_…"`): a table of the database, which a process killed before it
+/// put the copy back leaves for the next apply or run of its environment
+/// (`apply::inherited::recover_kept`).
+#[must_use]
+pub fn kept_copy_relation(physical: &str) -> String {
+    format!("{}.{}", crate::core::name::quote_ident(crate::core::name::PHYSICAL_SCHEMA), crate::core::name::quote_ident(&kept_copy_name(physical)))
 }
 
 /// The owner marker table of a DuckLake catalog, in its schema `_efmesh` ([`Engine::owner_marker`]).

@@ -1391,6 +1391,38 @@ impl StateStore for PostgresStore {
         )
     }
 
+    fn record_kept_copy(&self, env: &str, copy: &super::KeptCopy, now: Millis) -> Result<(), StateError> {
+        self.run(
+            || format!("record that the apply of `{env}` copied the table of `{}`", copy.name),
+            || {
+                self.write_tx(false, |tx| {
+                    tx.execute(
+                        "INSERT INTO intents (env, name, fingerprint, physical, recorded_at) VALUES ($1, $2, $3, $4, $5) \
+                         ON CONFLICT (env, name, fingerprint) DO UPDATE SET physical = excluded.physical",
+                        &[&env, &copy.name, &copy.mark(), &copy.physical, &to_iso(now)],
+                    )?;
+                    Ok(())
+                })
+            },
+        )
+    }
+
+    fn kept_copies(&self, env: &str) -> Result<Vec<super::KeptCopy>, StateError> {
+        self.run(
+            || format!("read the tables the last apply of `{env}` copied"),
+            || {
+                self.read(|c| {
+                    let mut out = Vec::new();
+                    for r in c.query("SELECT name, fingerprint, physical FROM intents WHERE env = $1 ORDER BY name", &[&env])? {
+                        let (name, mark, physical): (String, String, String) = (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
+                        out.extend(super::KeptCopy::from_mark(name, &mark, physical));
+                    }
+                    Ok(out)
+                })
+            },
+        )
+    }
+
     fn record_intents(&self, env: &str, intents: &[Intent], now: Millis) -> Result<(), StateError> {
         self.run(
             || format!("record what the apply of environment `{env}` relies on"),

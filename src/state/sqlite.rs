@@ -1712,6 +1712,34 @@ impl StateStore for SqliteStore {
         )
     }
 
+    fn record_kept_copy(&self, env: &str, copy: &super::KeptCopy, now: Millis) -> Result<(), StateError> {
+        self.run(
+            || format!("record that the apply of `{env}` copied the table of `{}`", copy.name),
+            || {
+                self.write_tx(false, |tx| {
+                    tx.prepare_cached(
+                        "INSERT INTO intents (env, name, fingerprint, physical, recorded_at) VALUES (?1, ?2, ?3, ?4, ?5) \
+                         ON CONFLICT (env, name, fingerprint) DO UPDATE SET physical = excluded.physical",
+                    )?
+                    .execute(params![env, copy.name, copy.mark(), copy.physical, to_iso(now)])?;
+                    Ok(())
+                })
+            },
+        )
+    }
+
+    fn kept_copies(&self, env: &str) -> Result<Vec<super::KeptCopy>, StateError> {
+        self.run(
+            || format!("read the tables the last apply of `{env}` copied"),
+            || {
+                let mut stmt = self.conn.prepare_cached("SELECT name, fingerprint, physical FROM intents WHERE env = ?1 ORDER BY name")?;
+                let rows = stmt.query_map([env], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))?;
+                let rows: Vec<(String, String, String)> = rows.collect::<Result<_, _>>()?;
+                Ok(rows.into_iter().filter_map(|(name, mark, physical)| super::KeptCopy::from_mark(name, &mark, physical)).collect())
+            },
+        )
+    }
+
     fn record_intents(&self, env: &str, intents: &[Intent], now: Millis) -> Result<(), StateError> {
         self.run(
             || format!("record what the apply of environment `{env}` relies on"),

@@ -619,6 +619,14 @@ fn rows_prod_writes_into_a_table_dev_serves_with_an_audit_more_are_audited_by_de
     run.expect_code(1);
     assert!(run.stderr.contains("not_null") && run.stderr.contains("shared with `prod`"), "{}", run.stderr);
     assert_eq!(unplaced(&p), vec![vec![Some("0".to_string())]], "the child was not rebuilt from the refused rows");
+    // Nor does an apply build a new child from them (it promoted it, computed from the refused
+    // rows, exit 0): the same audits first, the same refusal, nothing promoted.
+    p.write("models/child2.lua", &CHILD.replace("s.unplaced", "s.unplaced2"));
+    let applied = p.run(&["apply", "dev", "--yes"]);
+    applied.expect_code(1);
+    assert!(applied.stderr.contains("not_null") && applied.stderr.contains("shared with `prod`"), "{}", applied.stderr);
+    assert!(!p.state().env_pointers("dev").expect("pointers").contains_key("s.unplaced2"), "nothing promoted");
+    p.remove("models/child2.lua");
 
     // Clean again: `prod` recomputes the day, `dev`'s run audits the table and records the pass.
     load_events(&p, &clean);

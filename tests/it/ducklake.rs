@@ -109,6 +109,29 @@ fn ducklake_versions_apply_promote_and_live_beside_each_other() {
     assert_eq!(rows(&p, &env_view("prod", "m.daily")).len(), 11);
 }
 
+/// `dev` serves `prod`'s `full` DuckLake version with an audit more (the version is shared):
+/// `prod`'s run rebuilds the table under its own audits, and `dev`'s run runs `dev`'s over it
+/// before refreshing anything, failing on the violation (it said "nothing to refresh", exit 0,
+/// serving the rows its blocking audit refuses: only engine tables were audited so).
+#[test]
+fn a_ducklake_table_prod_rebuilds_is_audited_by_the_run_of_an_environment_with_an_audit_more() {
+    let mut p = ducklake_project();
+    let with = |audits: &str| models("").replace("name = \"m.total\",", &format!("name = \"m.total\",\n  audits = {{ {audits} }},"));
+    p.write("models/m.lua", &with("audit.expression(\"days >= 0\")"));
+    p.apply("prod");
+    p.write("models/m.lua", &with("audit.expression(\"days >= 0\"), audit.expression(\"days < 12\")"));
+    let dev = p.apply("dev");
+    assert_eq!(fp(&dev, "m.total"), fp(&p.plan("prod"), "m.total"), "the version is shared");
+    p.now = "2026-01-14T06:00:00Z".into();
+    p.write("models/m.lua", &with("audit.expression(\"days >= 0\")"));
+    p.run(&["run", "prod"]).expect_code(0);
+    assert_eq!(rows(&p, &env_view("prod", "m.total")).first().and_then(|r| r[0].clone()).as_deref(), Some("13"));
+    p.write("models/m.lua", &with("audit.expression(\"days >= 0\"), audit.expression(\"days < 12\")"));
+    let run = p.run(&["run", "dev"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("days < 12") && run.stderr.contains("shared with `prod`"), "{}", run.stderr);
+}
+
 #[test]
 fn ducklake_without_its_section_is_a_load_error() {
     let p = Project::new();

@@ -370,6 +370,34 @@ fn a_forward_only_apply_killed_after_rewriting_done_days_leaves_them_to_the_next
     assert_eq!(done(&p, &old), [day(1), day(2), day(3)].into_iter().collect::<BTreeSet<i64>>());
 }
 
+/// Killed right after it upserted, in the table `prod` serves, a key only the refused query
+/// gives (`20`): the copy it took before (a table of the database, marked among `prod`'s
+/// intents) outlives the process, and the next run of `prod` puts it back before anything else,
+/// then refreshes the table from what `prod` serves — never the key `20` (kept for good before:
+/// the copy was a temporary table, gone with the killed process).
+#[test]
+fn a_keyed_table_refreshed_by_a_forward_only_apply_killed_before_its_promotion_is_put_back_by_the_next_run() {
+    let mut p = landed();
+    p.write("models/m.lua", &models("", "", "", BELOW));
+    p.apply("prod");
+    assert_eq!(served_below(&p)[..2], ["1=50,2=70", "50,70"]);
+    p.write("models/m.lua", &models(" * 2", "", "", BELOW));
+    p.now = "2026-01-04T00:00:00Z".into();
+    let out = p.command(&["apply", "prod", "--yes", "--forward-only", "t.daily"]).env("EFMESH_FAULT", "after-upsert:k.vals").output().expect("spawn efmesh");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("aborting at `after-upsert:k.vals`"), "{stderr}");
+    assert_eq!(served_below(&p)[1], "20,50,70", "the killed apply's upsert committed");
+    assert!(p.physical_tables().iter().any(|t| t.starts_with(efmesh::engine::KEPT_COPY_PREFIX)), "the copy outlives the process");
+    p.write("models/m.lua", &models("", "", "", BELOW));
+    let run = p.run(&["run", "prod"]);
+    run.expect_code(0);
+    assert!(run.stderr.contains("holds what it held before that apply again"), "{}", run.stderr);
+    assert_eq!(served_below(&p)[..2], ["1=50,2=70,3=10", "10,50,70"], "no key only the refused query gave");
+    assert!(!p.physical_tables().iter().any(|t| t.starts_with(efmesh::engine::KEPT_COPY_PREFIX)), "the copy was dropped with the put-back");
+    assert!(p.state().kept_copies("prod").expect("marks").is_empty());
+    assert_eq!(p.plan("prod")["hasChanges"], false);
+}
+
 /// Back to the version whose table it is, `--forward-only` again: the days the other query
 /// wrote there (kept by its forward-only change) are computed again with this version's query,
 /// never taken for this version's (its ledger never held them).
