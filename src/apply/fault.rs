@@ -3,6 +3,8 @@
 //!
 //! Points: `after-build:<schema.table>` (a model was built and recorded), `after-upsert:<schema.table>`
 //! (a unique-key upsert committed in the engine, not yet recorded after it),
+//! `after-kept-mark:<schema.table>` (a keyed table's copy marked among the intents, not yet
+//! taken: `apply::inherited::keep`),
 //! `after-first-batch:<schema.table>` (a new time-range table created by its first batch's commit,
 //! its snapshot not yet recorded), `in-group:<schema.table>:<k>` (batch `k`, 1-based, of a
 //! time-range build ran inside a transaction shared with earlier batches, nothing of it

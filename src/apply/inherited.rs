@@ -84,13 +84,42 @@ pub(super) struct TakenBack {
     pub refused: BTreeSet<ModelName>,
 }
 
-/// True when `action` writes batches into a table it inherits: a time-range version stored in
-/// another version's table (forward-only, or an indirect reuse) with intervals to compute.
-pub(super) fn writes_inherited(project: &Project, action: &Action) -> bool {
-    action.reused_from.is_some()
-        && !action.backfill.is_empty()
+/// True when `action` writes batches: a time-range version with a table and intervals to
+/// compute.
+fn writes_batches(project: &Project, action: &Action) -> bool {
+    !action.backfill.is_empty()
         && action.physical.as_deref().is_some_and(|p| !p.is_empty())
         && project.dag.get(&action.name).is_some_and(|m| m.kind.time_range().is_some())
+}
+
+/// The models of `work` whose versions write batches into a table other versions of the model
+/// are stored in: one inheriting another version's table (forward-only, an indirect reuse:
+/// `reused_from`), or an existing version stored with others (a return to a version served
+/// before, on the table an environment serves through another version; a version recorded by
+/// an earlier attempt). Every environment serving one of those other versions sees each batch
+/// as it commits: what they write is taken back if the apply fails and no environment serves
+/// them ([`at_risk`], [`take_back`]). The snapshot index is read only when a version writing
+/// batches inherits nothing.
+///
+/// # Errors
+/// The state store's read.
+pub(super) fn inheriting(project: &Project, state: &dyn StateStore, work: &[&Action]) -> Result<BTreeSet<ModelName>, StateError> {
+    let mut out = BTreeSet::new();
+    let mut index: Option<SnapshotIndex> = None;
+    for action in work.iter().copied().filter(|a| writes_batches(project, a)) {
+        if action.reused_from.is_none() {
+            let index = match &mut index {
+                Some(index) => index,
+                slot => slot.insert(state.snapshot_index()?),
+            };
+            let physical = action.physical.as_deref().unwrap_or_default();
+            if others_in(index, &action.name.to_string(), physical, action.fingerprint.as_str()).is_empty() {
+                continue;
+            }
+        }
+        out.insert(action.name.clone());
+    }
+    Ok(out)
 }
 
 /// The versions of `name` stored in `physical` (per `index`) other than `fp`, sorted.
@@ -109,9 +138,9 @@ fn others_in(index: &SnapshotIndex, name: &str, physical: &str, fp: &str) -> Vec
 /// # Errors
 /// The state store's reads and writes (what was cleared before stays cleared: not done, so
 /// recomputed by the next run or apply of an environment serving that version).
-pub(super) fn clear_rewritten(project: &Project, state: &dyn StateStore, work: &[&Action]) -> Result<Cleared, StateError> {
+pub(super) fn clear_rewritten(project: &Project, state: &dyn StateStore, work: &[&Action], inheriting: &BTreeSet<ModelName>) -> Result<Cleared, StateError> {
     let mut out = Cleared::new();
-    let forward_only: Vec<&Action> = work.iter().copied().filter(|a| a.change == Change::ForwardOnly && writes_inherited(project, a)).collect();
+    let forward_only: Vec<&Action> = work.iter().copied().filter(|a| a.change == Change::ForwardOnly && inheriting.contains(&a.name)).collect();
     if forward_only.is_empty() {
         return Ok(out);
     }
@@ -146,10 +175,17 @@ pub(super) fn clear_rewritten(project: &Project, state: &dyn StateStore, work: &
 /// wrote, as after a kill), and the next run or apply recomputes them. A failure is a warning
 /// naming the model: the apply's own error is the one reported. Returns the models whose
 /// written intervals were taken back (not done any more), and those whose writes were to be.
-pub(super) fn take_back(project: &Project, state: &dyn StateStore, engine: &mut dyn Engine, work: &[&Action], wrote: &Wrote, cleared: &Cleared) -> TakenBack {
+pub(super) fn take_back(
+    project: &Project,
+    state: &dyn StateStore,
+    engine: &mut dyn Engine,
+    (work, inheriting): (&[&Action], &BTreeSet<ModelName>),
+    wrote: &Wrote,
+    cleared: &Cleared,
+) -> TakenBack {
     let mut out = TakenBack::default();
     let inheriting: Vec<&Action> =
-        work.iter().copied().filter(|a| writes_inherited(project, a) && (wrote.contains_key(&a.name) || cleared.contains_key(&a.name))).collect();
+        work.iter().copied().filter(|a| inheriting.contains(&a.name) && (wrote.contains_key(&a.name) || cleared.contains_key(&a.name))).collect();
     if inheriting.is_empty() {
         return out;
     }
@@ -254,14 +290,14 @@ pub(super) fn refresh_again(project: &Project, state: &dyn StateStore, env: &str
 }
 
 /// The models of `work` whose writes into a table they inherit [`take_back`] takes back if the
-/// apply fails: time-range versions writing into another version's table ([`writes_inherited`])
-/// that no environment serves (read before any write; [`take_back`] reads it again). Nothing is
-/// read when none writes into an inherited table (`run`'s work is none of them either).
+/// apply fails: time-range versions writing into a table other versions are stored in
+/// (`inheriting`, [`inheriting`]) that no environment serves (read before any write;
+/// [`take_back`] reads it again). Nothing is read when none writes into such a table.
 ///
 /// # Errors
 /// The state store's reads.
-pub(super) fn at_risk(project: &Project, state: &dyn StateStore, work: &[&Action]) -> Result<BTreeSet<ModelName>, StateError> {
-    let inheriting: Vec<&Action> = work.iter().copied().filter(|a| writes_inherited(project, a)).collect();
+pub(super) fn at_risk(state: &dyn StateStore, work: &[&Action], inheriting: &BTreeSet<ModelName>) -> Result<BTreeSet<ModelName>, StateError> {
+    let inheriting: Vec<&Action> = work.iter().copied().filter(|a| inheriting.contains(&a.name)).collect();
     if inheriting.is_empty() {
         return Ok(BTreeSet::new());
     }
@@ -300,12 +336,14 @@ fn rebuilds_lost(action: &Action) -> bool {
 
 /// Just before the unique-key, partition or SCD type 2 refresh of `action` (`model`) writes into
 /// `physical`, when it writes there in place below a model whose writes the apply takes back if
-/// it fails ([`refreshes_kept_table`]): records the mark of the copy among `env`'s intents
-/// ([`StateStore::record_kept_copy`]), then copies the table into a table of the database
-/// ([`crate::engine::kept_copy_relation`], [`crate::engine::dialect::Dialect::copy_table`],
-/// replacing one an earlier attempt left), for [`put_back`] — or, killed before that, for the
-/// next apply or run of `env` ([`recover_kept`]). A lost table the apply rebuilds is marked
-/// alone (nothing to copy). `None` (nothing copied) otherwise.
+/// it fails ([`refreshes_kept_table`]): drops a copy an earlier apply left of it, records the
+/// mark of the copy among `env`'s intents ([`StateStore::record_kept_copy`]), then copies the
+/// table into a table of the database ([`crate::engine::kept_copy_relation`],
+/// [`crate::engine::dialect::Dialect::copy_table`]), for [`put_back`] — or, killed before that,
+/// for the next apply or run of `env` ([`recover_kept`]): a marked copy is always one taken
+/// after its mark. A lost table the apply rebuilds is not copied (it held nothing) nor marked
+/// (after a kill, what its rebuild wrote cannot be told from a later repair by another
+/// environment: not covered). `None` (nothing copied) otherwise.
 ///
 /// # Errors
 /// The state store's write; [`ApplyError::Build`] naming the model when the table cannot be
@@ -323,12 +361,7 @@ pub(super) fn keep(
         return Ok(None);
     }
     let fingerprint = action.fingerprint.as_str().to_string();
-    let lost = rebuilds_lost(action);
-    let mark = KeptCopy { name: model.name.to_string(), fingerprint: fingerprint.clone(), physical: physical.to_string(), lost };
-    // The mark first: a process killed once it is recorded leaves a copy to put back, or none
-    // yet (then the table was not written either).
-    state.record_kept_copy(env, &mark, interval::now_millis())?;
-    if lost {
+    if rebuilds_lost(action) {
         // Nothing to copy: it held nothing before this apply, and holds nothing if put back.
         tracing::debug!(model = %model.name, table = physical, "lost table rebuilt below what may be taken back: emptied if nothing is promoted");
         return Ok(Some(Kept { physical: physical.to_string(), copy: None, columns: Vec::new(), fingerprint }));
@@ -336,6 +369,14 @@ pub(super) fn keep(
     let columns: Vec<String> =
         engine.describe(&format!("SELECT * FROM {physical}")).map_err(|e| ApplyError::build(model, None, e))?.into_iter().map(|c| c.name).collect();
     let copy = crate::engine::kept_copy_relation(physical);
+    // A copy an earlier apply left (killed after its promotion, or its mark forgotten) goes
+    // before the mark: the copy the mark points at is then always this one.
+    engine.execute(&engine.sql().drop_table_if_exists(&copy)).map_err(|e| ApplyError::build(model, None, e))?;
+    // The mark before the copy: a process killed once it is recorded leaves this copy to put
+    // back, or none yet (then the table was not written either).
+    let mark = KeptCopy { name: model.name.to_string(), fingerprint: fingerprint.clone(), physical: physical.to_string() };
+    state.record_kept_copy(env, &mark, interval::now_millis())?;
+    super::fault::crash_point(|| format!("after-kept-mark:{}", model.name));
     engine.transaction(&engine.sql().copy_table(&copy, physical)).map_err(|e| ApplyError::build(model, None, e))?;
     tracing::debug!(model = %model.name, table = physical, copy = %copy, "table copied before its refresh in place: put back if nothing is promoted");
     Ok(Some(Kept { physical: physical.to_string(), copy: Some(copy), columns, fingerprint }))
@@ -344,12 +385,12 @@ pub(super) fn keep(
 /// Before an apply or run of `env` records its intents: the tables an earlier apply of `env`
 /// marked as refreshed in place below a version whose writes it would take back
 /// ([`keep`]), and left marked — stopped (killed) before its promotion or its put-back — are put
-/// back as they were before that apply: from the copy it left, or, for a lost table it rebuilt,
-/// emptied and recorded as a pending refresh (what that apply wrote of the version above stays
-/// in its table, not done in the ledgers of the versions an environment serves: the next run or
-/// apply recomputes it, invariant 65). A mark whose copy the engine does not hold (killed before
-/// the copy, or after the put-back committed) leaves the table as it is. The marks go with the
-/// intents this command records next.
+/// back as they were before that apply, from the copy it left (what that apply wrote of the
+/// version above stays in its table, not done in the ledgers of the versions an environment
+/// serves: the next run or apply recomputes it, invariant 65). A mark whose copy the engine does
+/// not hold (killed before the copy, or after the put-back committed) leaves the table as it
+/// is. The marks go with the intents this command records next. Called before the command
+/// decides its work, which then sees the ledger the put-back cleared.
 ///
 /// # Errors
 /// The state store's reads and writes; the engine's (the catalog read, the put-back,
@@ -360,27 +401,16 @@ pub(super) fn recover_kept(project: &Project, state: &dyn StateStore, engine: &m
         return Ok(());
     }
     let catalog = engine.catalog()?;
-    let held = |relation: &str| !batch::table_absent(relation, &catalog);
-    let mut pending: Vec<(String, String, String)> = Vec::new();
     for mark in marks {
         let copy = crate::engine::kept_copy_relation(&mark.physical);
-        let present = if mark.lost { held(&mark.physical) } else { held(&copy) };
-        if !present {
+        if batch::table_absent(&copy, &catalog) || batch::table_absent(&mark.physical, &catalog) {
             continue;
         }
-        let columns = if mark.lost { Vec::new() } else { engine.describe(&format!("SELECT * FROM {copy}"))?.into_iter().map(|c| c.name).collect() };
-        let kept = Kept { physical: mark.physical.clone(), copy: (!mark.lost).then_some(copy), columns, fingerprint: mark.fingerprint.clone() };
+        let columns = engine.describe(&format!("SELECT * FROM {copy}"))?.into_iter().map(|c| c.name).collect();
+        let kept = Kept { physical: mark.physical.clone(), copy: Some(copy), columns, fingerprint: mark.fingerprint.clone() };
         let model = ModelName::parse(&mark.name).ok().and_then(|n| project.dag.get(&n));
         put_back_one(state, engine, (&mark.name, model), &kept)?;
-        if mark.lost {
-            tracing::warn!(model = %mark.name, "an apply of `{env}` stopped before it promoted or took back what it wrote: the lost table it rebuilt from rows it would have taken back was emptied; its next refresh fills it");
-            pending.push((mark.name, mark.fingerprint, "its lost table, rebuilt by an apply stopped before it promoted, was emptied".to_string()));
-        } else {
-            tracing::warn!(model = %mark.name, "an apply of `{env}` stopped before it promoted or took back what it wrote: its table, refreshed in place from rows it would have taken back, holds what it held before that apply again");
-        }
-    }
-    if !pending.is_empty() {
-        state.record_pending_rebuilds(&pending, interval::now_millis())?;
+        tracing::warn!(model = %mark.name, "an apply of `{env}` stopped before it promoted or took back what it wrote: its table, refreshed in place from rows it would have taken back, holds what it held before that apply again");
     }
     Ok(())
 }
@@ -450,6 +480,10 @@ pub(super) fn put_back(
 /// The state store's writes; the engine's ([`ApplyError::Build`] naming the model: the
 /// transaction rolled back, the refreshed rows and the copy as they were).
 fn put_back_one(state: &dyn StateStore, engine: &mut dyn Engine, (name, model): (&str, Option<&Model>), k: &Kept) -> Result<(), ApplyError> {
+    // Lost before the apply and not rebuilt (its build failed first): nothing to empty.
+    if k.copy.is_none() && batch::table_absent(&k.physical, &engine.catalog()?) {
+        return Ok(());
+    }
     let write = state.begin_data_write(name, &k.fingerprint, interval::now_millis())?;
     let statements = match &k.copy {
         Some(copy) => engine.sql().restore_from_copy(&k.physical, copy, &k.columns),

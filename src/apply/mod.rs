@@ -627,14 +627,15 @@ pub(crate) fn execute(
         return Err(ApplyError::StalePlan { env: plan.env.clone() });
     }
     check_features(project, plan, engine.sql())?;
+    // A table an earlier apply of this environment refreshed in place below a version whose
+    // writes it would take back, and left marked (killed before its promotion or put-back), is
+    // put back first (SPEC §4 invariant 65), before the work is decided; its mark goes with the
+    // intents recorded below.
+    inherited::recover_kept(project, state, engine, &plan.env)?;
     // What this apply or run writes besides the plan's builds and backfills, decided once.
     let work = crate::plan::work::decide(project, plan, state, refresh)?;
     shared_writes(project, plan, state, &work)?;
     shared_bounds(project, plan, state)?;
-    // A table an earlier apply of this environment refreshed in place below a version whose
-    // writes it would take back, and left marked (killed before its promotion or put-back), is
-    // put back first (SPEC §4 invariant 65); its mark goes with the intents recorded next.
-    inherited::recover_kept(project, state, engine, &plan.env)?;
     // Before any engine write, one state transaction records every version this apply or run
     // reads or writes, so the janitor never claims them, and refuses when the janitor claimed
     // one since the plan was made (SPEC §4, the janitor's claim protocol).
@@ -1208,6 +1209,9 @@ fn execute_recorded(
     // The copies of the unique-key, partition and SCD type 2 tables refreshed in place below
     // those versions, taken before their refresh: put back if the apply fails.
     let mut kept = inherited::Keeps::new();
+    // The versions writing batches into a table other versions are stored in (an apply's only:
+    // a run writes its environment's own versions).
+    let inheriting = if refresh { BTreeSet::new() } else { inherited::inheriting(project, state, &work)? };
     let outcome = std::thread::scope(|scope| {
         let mut under_way = early_db.map(|db| {
             tracing::debug!(sources = early.len(), "audits of file sources run while the models are built");
@@ -1218,15 +1222,15 @@ fn execute_recorded(
             let at_risk = if refresh {
                 BTreeSet::new()
             } else {
-                cleared = inherited::clear_rewritten(project, state, &work)?;
-                inherited::at_risk(project, state, &work)?
+                cleared = inherited::clear_rewritten(project, state, &work, &inheriting)?;
+                inherited::at_risk(state, &work, &inheriting)?
             };
             {
                 // Tables this environment shares with `prod`, which writes them under other
                 // audits: audited before anything is built or refreshed, so no model of this run
                 // or apply computes from rows this environment's blocking audits refuse (an apply
                 // building a new child of such a table, too).
-                let (failures, writers) = shared_table_audits(project, plan, state, engine, &exec, &working_set, &mut report)?;
+                let (failures, writers) = shared_table_audits(project, plan, state, engine, &exec, (&working_set, refresh), &mut report)?;
                 if let Some(first) = failures.first() {
                     return Err(ApplyError::SharedAudit { model: first.model.clone(), writers, failure: audit::AuditError::Failed(failures) });
                 }
@@ -1255,6 +1259,7 @@ fn execute_recorded(
                 stored_in: None,
                 wrote: &mut wrote,
                 at_risk: &at_risk,
+                inheriting: &inheriting,
                 kept: &mut kept,
             };
             schedule::schedule(&mut builder, &deps, &parallel, engine, jobs)?;
@@ -1345,7 +1350,7 @@ fn execute_recorded(
         // no environment serves wrote into a table they serve are taken back. Not done any
         // more, their intervals are not reported as committed (a `--retries` attempt computes
         // them again and counts them).
-        let back = inherited::take_back(project, state, engine, &work, &wrote, &cleared);
+        let back = inherited::take_back(project, state, engine, (&work, &inheriting), &wrote, &cleared);
         for name in &back.taken {
             forget_intervals(&mut report.per_model, &mut report.intervals, name);
             if let Some(own) = own.as_mut() {
@@ -2201,7 +2206,9 @@ impl WholePass {
 /// unless they passed on its current data ([`WholePass`]); rows that environment
 /// wrote would otherwise be served here unaudited while `plan` says nothing changed. A pass is
 /// recorded as the promotion's are. Not a `full` model this command rebuilds (`working_set`):
-/// its build replaces those rows, under its audits, before any child reads them. Returns the failed results (added to `report`) and the
+/// its build replaces those rows, under its audits, before any child reads them; in an apply
+/// (not `refresh`), only a version the environment goes on serving unchanged: the promotion
+/// audits the others (a changed pointer or metadata) before anything is promoted. Returns the failed results (added to `report`) and the
 /// environments writing those tables.
 fn shared_table_audits(
     project: &Project,
@@ -2209,14 +2216,14 @@ fn shared_table_audits(
     state: &dyn StateStore,
     engine: &mut dyn Engine,
     exec: &ExecResolver,
-    working_set: &BTreeSet<ModelName>,
+    (working_set, refresh): (&BTreeSet<ModelName>, bool),
     report: &mut ApplyReport,
 ) -> Result<(Vec<audit::AuditResult>, Vec<String>), ApplyError> {
     use crate::core::Resolver;
     let audited: Vec<(&crate::core::Model, &crate::plan::Action)> = plan
         .actions
         .iter()
-        .filter(|a| a.change != Change::Removed)
+        .filter(|a| if refresh { a.change != Change::Removed } else { a.change == Change::Unchanged })
         .filter_map(|a| project.dag.get(&a.name).map(|m| (m, a)))
         .filter(|(m, _)| audits_shared_tables(m) && !(matches!(m.kind, Kind::Full) && working_set.contains(&m.name)))
         .collect();
@@ -3001,6 +3008,9 @@ struct Builder<'a, 'p> {
     /// ([`inherited::at_risk`]; none for `run`): a unique-key, partition or SCD type 2 table
     /// refreshed in place below one is copied first ([`inherited::keep`]).
     at_risk: &'a BTreeSet<ModelName>,
+    /// The models writing batches into a table other versions are stored in
+    /// ([`inherited::inheriting`]): what they write is recorded in `wrote`.
+    inheriting: &'a BTreeSet<ModelName>,
     /// Those copies, put back if the apply fails ([`inherited::put_back`]).
     kept: &'a mut inherited::Keeps,
 }
@@ -3424,7 +3434,7 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
             }
         }
         if model.target == crate::core::Target::Parquet {
-            if inherited::writes_inherited(project, action)
+            if self.inheriting.contains(&action.name)
                 && let Some(t) = model.kind.time_range()
             {
                 // Its files land in the directory environments serve through another version,
@@ -3669,7 +3679,7 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
     fn step(&mut self, item: usize, first: usize, results: Vec<schedule::StepResult>) -> Result<(), ApplyError> {
         let state = self.state;
         let (action, model) = self.model(item);
-        let inherits = inherited::writes_inherited(self.project, action);
+        let inherits = self.inheriting.contains(&action.name);
         let flight = self.flights.get_mut(&item).expect("a step of a started model");
         match &mut flight.what {
             FlightKind::Whole { built_from, sharers, before } => {

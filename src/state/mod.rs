@@ -666,12 +666,12 @@ pub trait StateStore: Send + std::fmt::Debug {
 
     /// Records, among the intents of `env`, that its apply is about to refresh in place the
     /// table `copy.physical` of `(copy.name, copy.fingerprint)` below a version whose writes it
-    /// takes back if it fails, having copied it (or rebuilding it lost: `copy.lost`): the mark
+    /// takes back if it fails, about to copy it: the mark
     /// goes with the environment's intents — in the promotion's transaction, or when the apply
     /// ends without promoting, once the table is put back —, so one left is the mark of an
     /// apply stopped (killed) before either ([`StateStore::kept_copies`]). Its `fingerprint`
-    /// column holds `kept:` or `lost:` then the fingerprint: no version's, so the janitor's
-    /// reading of the intents protects the table (by its storage) and no snapshot.
+    /// column holds `kept:` then the fingerprint: no version's, so the janitor's reading of the
+    /// intents protects the table (by its storage) and no snapshot.
     ///
     /// # Errors
     /// The write fails, or the fence lease was lost.
@@ -920,34 +920,24 @@ pub struct KeptCopy {
     pub fingerprint: String,
     /// Its table (qualified, quoted).
     pub physical: String,
-    /// True when the engine lacked the table (lost), which the apply rebuilds: nothing copied,
-    /// emptied if put back.
-    pub lost: bool,
 }
 
 impl KeptCopy {
-    /// The mark's `fingerprint` column in the intents: `kept:` or `lost:`, then the fingerprint.
+    /// The mark's `fingerprint` column in the intents: `kept:` then the fingerprint.
     #[must_use]
     pub fn mark(&self) -> String {
-        format!("{}{}", if self.lost { KEPT_LOST } else { KEPT_COPIED }, self.fingerprint)
+        format!("{KEPT_COPIED}{}", self.fingerprint)
     }
 
     /// The copy a mark's columns record, or `None` for an intent that is no mark.
     #[must_use]
     pub fn from_mark(name: String, mark: &str, physical: String) -> Option<KeptCopy> {
-        let (fingerprint, lost) = match (mark.strip_prefix(KEPT_COPIED), mark.strip_prefix(KEPT_LOST)) {
-            (Some(fp), _) => (fp, false),
-            (_, Some(fp)) => (fp, true),
-            _ => return None,
-        };
-        Some(KeptCopy { name, fingerprint: fingerprint.to_string(), physical, lost })
+        Some(KeptCopy { name, fingerprint: mark.strip_prefix(KEPT_COPIED)?.to_string(), physical })
     }
 }
 
-/// The start of a [`KeptCopy::mark`] of a copied table.
+/// The start of a [`KeptCopy::mark`].
 const KEPT_COPIED: &str = "kept:";
-/// The start of a [`KeptCopy::mark`] of a lost table rebuilt.
-const KEPT_LOST: &str = "lost:";
 
 /// One version an apply or run relies on ([`StateStore::record_intents`]).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -398,6 +398,31 @@ fn a_keyed_table_refreshed_by_a_forward_only_apply_killed_before_its_promotion_i
     assert_eq!(p.plan("prod")["hasChanges"], false);
 }
 
+/// A copy an earlier apply left (here one made by hand, holding a key `99`) is dropped before
+/// the mark: killed between the mark and its own copy, the apply leaves a mark without a copy,
+/// and the next run puts nothing back (it put the stale copy back over the table).
+#[test]
+fn a_copy_left_by_an_earlier_apply_is_never_put_back_for_a_later_mark() {
+    let mut p = landed();
+    p.write("models/m.lua", &models("", "", "", BELOW));
+    let applied = p.apply("prod");
+    let physical = action(&applied, "k.vals")["physical"].as_str().expect("physical").to_string();
+    let copy = efmesh::engine::kept_copy_relation(&physical);
+    p.execute_on_engine(&format!("CREATE TABLE {copy} AS SELECT '99' AS k, CAST(NULL AS TIMESTAMP) AS day"));
+    p.write("models/m.lua", &models(" * 2", "", "", BELOW));
+    p.now = "2026-01-04T00:00:00Z".into();
+    let out = p.command(&["apply", "prod", "--yes", "--forward-only", "t.daily"]).env("EFMESH_FAULT", "after-kept-mark:k.vals").output().expect("spawn efmesh");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("aborting at `after-kept-mark:k.vals`"), "{stderr}");
+    assert_eq!(p.state().kept_copies("prod").expect("marks").len(), 1, "the mark outlives the process");
+    p.write("models/m.lua", &models("", "", "", BELOW));
+    let run = p.run(&["run", "prod"]);
+    run.expect_code(0);
+    assert!(!run.stderr.contains("holds what it held before that apply again"), "{}", run.stderr);
+    assert_eq!(served_below(&p)[..2], ["1=50,2=70,3=10", "10,50,70"], "never the stale copy's key");
+    assert!(p.state().kept_copies("prod").expect("marks").is_empty());
+}
+
 /// Back to the version whose table it is, `--forward-only` again: the days the other query
 /// wrote there (kept by its forward-only change) are computed again with this version's query,
 /// never taken for this version's (its ledger never held them).
@@ -428,6 +453,58 @@ fn a_forward_only_return_to_the_tables_own_version_recomputes_the_days_the_other
     p.run(&["apply", "prod", "--yes", "--forward-only", "t.daily"]).expect_code(0);
     assert_eq!(days(&p), "01=50,02=70,03=10", "the days the other query wrote, computed again with this one");
     assert_eq!(p.plan("prod")["hasChanges"], false);
+    p.run(&["status", "prod", "--check"]).expect_code(0);
+}
+
+/// A refused forward-only return to a version served before: `prod` went from `V1` to `V2`
+/// (forward-only, on `V1`'s table) and back to `V1`, which recomputed the 3rd (not done for
+/// `V2` any more); `V2` again, refused by the audit of `a.chk`, writes the days its ledger
+/// lacks into the table `prod` serves through `V1`. An existing version, it inherits nothing,
+/// yet its writes are taken back as any version's writing into a table other versions are
+/// stored in (they stayed: `prod` served `V2`'s 20 for the 3rd, which `V1`'s ledger called
+/// done, for good, with `status --check` ok).
+#[test]
+fn a_refused_forward_only_return_to_a_version_served_before_takes_back_what_it_wrote() {
+    let mut p = landed();
+    let chk = |audits: &str| {
+        format!(
+            r#"define_model {{
+  name = "a.chk", kind = kind.full(), schema = {{ {{ "n", "bigint" }} }},{audits}
+  query = "SELECT CAST(count(*) AS BIGINT) AS n FROM " .. ref(daily),
+}}"#
+        )
+    };
+    p.write("models/m.lua", &models("", "", "", &chk("")));
+    p.apply("prod");
+    let v1 = served(&p);
+    p.now = "2026-01-04T00:00:00Z".into();
+    p.write("models/m.lua", &models(" * 2", "", "", &chk("")));
+    p.run(&["apply", "prod", "--yes", "--forward-only", "t.daily"]).expect_code(0);
+    assert_eq!(days(&p), "01=50,02=70,03=20");
+    p.now = "2026-01-05T00:00:00Z".into();
+    p.write("models/m.lua", &models("", "", "", &chk("")));
+    p.run(&["apply", "prod", "--yes", "--forward-only", "t.daily"]).expect_code(0);
+    assert_eq!(served(&p), v1, "back to the first version");
+    assert_eq!(days(&p), "01=50,02=70,03=10", "the 3rd recomputed with its query");
+    // `V2` again (served before: an existing version), refused below.
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-05 03:00', 40)");
+    p.now = "2026-01-06T00:00:00Z".into();
+    p.write("models/m.lua", &models(" * 2", "", "", &chk("\n  audits = { audit.expression(\"n < 0\") },")));
+    let refused = p.run(&["apply", "prod", "--yes", "--forward-only", "t.daily"]);
+    refused.expect_code(1);
+    assert_eq!(served(&p), v1, "nothing was promoted");
+    let held: Vec<String> = done(&p, &v1).iter().map(|d| format!("{:02}", (d - day(1)) / 86_400_000 + 1)).collect();
+    let value = |d: &str| match d {
+        "01" => 50,
+        "02" => 70,
+        "03" => 10,
+        _ => 40,
+    };
+    let expected: Vec<String> = held.iter().filter(|d| *d != "04").map(|d| format!("{d}={}", value(d))).collect();
+    assert_eq!(days(&p), expected.join(","), "prod serves what its ledger holds, nothing of the refused query");
+    p.write("models/m.lua", &models("", "", "", &chk("")));
+    p.run(&["run", "prod"]).expect_code(0);
+    assert_eq!(days(&p), "01=50,02=70,03=10,05=40");
     p.run(&["status", "prod", "--check"]).expect_code(0);
 }
 
